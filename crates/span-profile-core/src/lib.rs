@@ -1,0 +1,38 @@
+//! # span-profile-core
+//!
+//! The types, traits and runtime of span-profile: a continuous profiler whose every sample
+//! carries the OpenTelemetry trace and span that were active on the sampled thread or task.
+//!
+//! Core types:
+//! - [`TraceId`], [`SpanId`], [`SpanContext`]: ids that parse and print lowercase hex.
+//! - [`Frame`], [`Stack`], [`RawFrame`]: interned frames; walkers report raw frames.
+//! - [`ExecutionKey`]: a thread, or a task on a thread.
+//! - [`Resource`] and [`labels::LabelValues`]: resource labels, per-sample labels with caps.
+//! - [`Profile`]: one closed window, what exporters receive and queries read.
+//!
+//! Traits: [`StackWalker`] (a runtime's stacks) and [`Exporter`] (where windows go).
+//!
+//! Feature flags:
+//! - `otel`: the OpenTelemetry-Rust span processor and context guard.
+//!
+//! MSRV: the workspace's `rust-version` (1.85); raising it is a minor-version change.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(rustdoc::broken_intra_doc_links)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod export;
+mod frame;
+mod id;
+mod key;
+pub mod labels;
+mod profile;
+mod walker;
+
+pub use export::{ExportError, Exporter};
+pub use frame::{Frame, FrameIndex, RawFrame, Stack};
+pub use id::{ParseIdError, SpanContext, SpanId, TraceId};
+pub use key::ExecutionKey;
+pub use labels::Resource;
+pub use profile::{Profile, ProfileSample, SpanRecord, WindowStats};
+pub use walker::{RawSample, StackSink, StackWalker, WalkError};

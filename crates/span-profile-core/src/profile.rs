@@ -1,0 +1,151 @@
+//! One closed window of samples: what exporters receive and queries read.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Frame, Resource, SpanContext, SpanId, Stack, TraceId};
+
+/// One aggregated row of a window: all samples that shared a stack, a span and labels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileSample {
+    /// Index into [`Profile::stacks`].
+    pub stack: u32,
+    /// The span that was current, or `None` for background work.
+    pub span: Option<SpanContext>,
+    /// `http.route` of the local root span, [`crate::labels::BACKGROUND_ROUTE`] without a span.
+    pub route: Arc<str>,
+    /// Name of the sampled thread.
+    pub thread_name: Arc<str>,
+    /// Name of the sampled task, for samples of a task (low-cardinality: default names folded).
+    pub task_name: Option<Arc<str>>,
+    /// Number of samples taken on CPU.
+    pub cpu_samples: u64,
+    /// Number of samples taken, on or off CPU.
+    pub wall_samples: u64,
+    /// CPU time these samples stand for, in nanoseconds.
+    pub cpu_ns: u64,
+    /// Wall time these samples stand for, in nanoseconds.
+    pub wall_ns: u64,
+}
+
+/// A span's metadata, recorded by the span hooks: the span table of a window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanRecord {
+    /// The trace.
+    pub trace_id: TraceId,
+    /// The span.
+    pub span_id: SpanId,
+    /// Its parent, when the parent is in this process.
+    pub parent_span_id: Option<SpanId>,
+    /// Its local root (itself for a local root).
+    pub local_root_span_id: SpanId,
+    /// The span's name.
+    pub name: String,
+    /// `http.route`, if the span has one.
+    pub route: Option<String>,
+    /// Start, Unix nanoseconds.
+    pub start_unix_ns: u64,
+    /// End, Unix nanoseconds; `None` while the span is still open when the window closes.
+    pub end_unix_ns: Option<u64>,
+}
+
+impl SpanRecord {
+    /// Duration in nanoseconds, if the span has ended.
+    pub fn duration_ns(&self) -> Option<u64> {
+        self.end_unix_ns
+            .map(|e| e.saturating_sub(self.start_unix_ns))
+    }
+}
+
+/// What was lost or degraded in a window, and what the profiler cost. Every drop has a counter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WindowStats {
+    /// Sampler ticks in the window.
+    pub ticks: u64,
+    /// Ticks that were late by more than one interval (sampler starved or suspended).
+    pub missed_ticks: u64,
+    /// Samples the walker could not produce (a failed or invalid memory read, a vanished thread).
+    pub walk_errors: u64,
+    /// Stacks cut at the depth cap.
+    pub truncated_stacks: u64,
+    /// Threads or tasks not walked because a per-tick cap was reached.
+    pub skipped_threads: u64,
+    /// Samples dropped because the window's distinct-row cap was reached.
+    pub dropped_samples: u64,
+    /// Label values replaced by `_other` because their key's cardinality cap was reached.
+    pub label_overflow: u64,
+    /// Span records dropped because the span table's cap was reached.
+    pub dropped_spans: u64,
+    /// Earlier windows dropped (export queue full), reported with the next window that gets out.
+    pub dropped_windows: u64,
+    /// Exports that failed since the previous window.
+    pub export_errors: u64,
+    /// CPU time of the profiler's own threads during the window, in nanoseconds.
+    pub agent_cpu_ns: u64,
+    /// Sampling rate actually achieved, in samples per second per thread, times 1000.
+    pub effective_rate_millihz: u64,
+}
+
+/// One window of aggregated samples. Frames and stacks are interned tables that samples index.
+///
+/// The sample types are `cpu` and `wall`, both in nanoseconds; the period is `1e9 / rate`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    /// The process's resource labels.
+    pub resource: Resource,
+    /// Window start, Unix nanoseconds.
+    pub start_unix_ns: u64,
+    /// Window length in nanoseconds.
+    pub duration_ns: u64,
+    /// Nominal sampling period in nanoseconds.
+    pub period_ns: u64,
+    /// Interned frames.
+    pub frames: Vec<Frame>,
+    /// Interned stacks, indexing `frames`.
+    pub stacks: Vec<Stack>,
+    /// Aggregated samples.
+    pub samples: Vec<ProfileSample>,
+    /// Spans that started, ended or were sampled in this window.
+    pub spans: Vec<SpanRecord>,
+    /// Drops, errors and the profiler's own cost.
+    pub stats: WindowStats,
+}
+
+impl Profile {
+    /// An empty window.
+    pub fn empty(resource: Resource, start_unix_ns: u64, duration_ns: u64, period_ns: u64) -> Self {
+        Self {
+            resource,
+            start_unix_ns,
+            duration_ns,
+            period_ns,
+            frames: Vec::new(),
+            stacks: Vec::new(),
+            samples: Vec::new(),
+            spans: Vec::new(),
+            stats: WindowStats::default(),
+        }
+    }
+
+    /// The frames of a sample's stack, leaf first. Out-of-range indices are skipped.
+    pub fn stack_frames(&self, stack: u32) -> impl Iterator<Item = &Frame> + '_ {
+        self.stacks
+            .get(stack as usize)
+            .map(|s| s.frames.as_slice())
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|&f| self.frames.get(f as usize))
+    }
+
+    /// Total wall samples in the window.
+    pub fn total_wall_samples(&self) -> u64 {
+        self.samples.iter().map(|s| s.wall_samples).sum()
+    }
+
+    /// Total CPU samples in the window.
+    pub fn total_cpu_samples(&self) -> u64 {
+        self.samples.iter().map(|s| s.cpu_samples).sum()
+    }
+}

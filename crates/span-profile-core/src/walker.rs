@@ -1,0 +1,97 @@
+//! The stack-walker backend trait: how a runtime's stacks reach the sampler.
+
+use crate::{ExecutionKey, Frame, RawFrame, SpanContext};
+
+/// One thread's or task's stack, as a walker hands it to the sampler.
+#[derive(Debug, Clone, Copy)]
+pub struct RawSample<'a> {
+    /// Whose stack this is; the sampler looks its span up in the registry by this key.
+    pub key: ExecutionKey,
+    /// Frames, **leaf first**.
+    pub frames: &'a [RawFrame],
+    /// The walker stopped at its depth cap.
+    pub truncated: bool,
+    /// The thread was running (on CPU) rather than waiting.
+    pub on_cpu: bool,
+    /// Thread name, as the runtime knows it.
+    pub thread_name: &'a str,
+    /// Task name for a task sample.
+    pub task_name: Option<&'a str>,
+    /// A span the walker determined itself (for example from the task's context), which takes
+    /// precedence over the registry's entry for `key`.
+    pub span: Option<SpanContext>,
+    /// How many samples this one stands for (1, or more when the walker sampled a subset of
+    /// threads and corrects the weight).
+    pub weight: u32,
+}
+
+/// Why a walker could not produce a sample. Each kind is counted, never logged on the sampling
+/// path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WalkError {
+    /// A read of the target's memory failed or returned data that failed validation.
+    InvalidRead,
+    /// The thread or task disappeared during the walk.
+    Vanished,
+    /// A per-tick cap (threads, tasks) was reached; the rest were skipped.
+    Skipped,
+}
+
+/// Receives the stacks of one tick. Implemented by the sampler; walkers only call it.
+pub trait StackSink {
+    /// Records one stack. Must be called at most once per key per tick.
+    fn sample(&mut self, sample: &RawSample<'_>);
+    /// Counts a failure (one per thread or task that could not be walked).
+    fn error(&mut self, error: WalkError);
+}
+
+/// A backend that walks the stacks of the threads (and tasks) of one runtime.
+///
+/// # Contract on the sampling path
+///
+/// [`StackWalker::walk`] runs on the profiler's sampling thread once per tick, while the
+/// application runs. It **may**: read memory it has validated, reuse buffers it allocated
+/// during warm-up, keep per-thread caches. It **must not**: block on a lock the application
+/// may hold (try and count instead), allocate after warm-up in the steady state, log or print,
+/// panic, or take time that grows without bound (cap threads, depth and string lengths, and
+/// report what was cut through [`StackSink::error`] and [`RawSample::truncated`]).
+///
+/// [`StackWalker::symbolize`] is called off the per-sample path, once per distinct
+/// [`RawFrame`] per window, and may allocate.
+///
+/// ```
+/// use span_profile_core::{ExecutionKey, Frame, RawFrame, RawSample, StackSink, StackWalker};
+///
+/// /// Reports one fixed stack for thread 1.
+/// struct OneStack;
+/// impl StackWalker for OneStack {
+///     fn walk(&mut self, sink: &mut dyn StackSink) {
+///         let frames = [RawFrame { id: 1, line: 10 }, RawFrame { id: 2, line: 20 }];
+///         sink.sample(&RawSample {
+///             key: ExecutionKey::thread(1),
+///             frames: &frames,
+///             truncated: false,
+///             on_cpu: true,
+///             thread_name: "main",
+///             task_name: None,
+///             span: None,
+///             weight: 1,
+///         });
+///     }
+///     fn symbolize(&mut self, raw: RawFrame) -> Frame {
+///         let name = if raw.id == 1 { "leaf" } else { "main" };
+///         Frame::new(name, "app.py", raw.line)
+///     }
+/// }
+/// ```
+pub trait StackWalker: Send + 'static {
+    /// Walks every thread (and task) once, reporting each stack to `sink`.
+    fn walk(&mut self, sink: &mut dyn StackSink);
+
+    /// Resolves a raw frame this walker produced.
+    fn symbolize(&mut self, raw: RawFrame) -> Frame;
+
+    /// Called on the sampling thread just before the first `walk`, for per-thread setup.
+    fn on_start(&mut self) {}
+}
