@@ -1,0 +1,2 @@
+//! Exporters (being written).
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! span_profile (being written).
