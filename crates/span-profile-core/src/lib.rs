@@ -21,18 +21,28 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod aggregate;
 mod export;
 mod frame;
+mod fxhash;
 mod id;
 mod key;
 pub mod labels;
 mod profile;
+pub mod query;
+mod registry;
+mod runtime;
+mod spans;
 mod walker;
 
+pub use aggregate::{AggregatorLimits, Sample, StackIndex, WindowAggregator};
 pub use export::{ExportError, Exporter};
 pub use frame::{Frame, FrameIndex, RawFrame, Stack};
 pub use id::{ParseIdError, SpanContext, SpanId, TraceId};
 pub use key::ExecutionKey;
 pub use labels::Resource;
 pub use profile::{Profile, ProfileSample, SpanRecord, WindowStats};
+pub use registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
+pub use runtime::{thread_cpu_ns, Profiler, ProfilerBuilder, ProfilerStats, StartError};
+pub use spans::{SpanStart, SpanTable, SpanTableLimits, WindowSpans};
 pub use walker::{RawSample, StackSink, StackWalker, WalkError};

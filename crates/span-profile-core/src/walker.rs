@@ -57,8 +57,9 @@ pub trait StackSink {
 /// panic, or take time that grows without bound (cap threads, depth and string lengths, and
 /// report what was cut through [`StackSink::error`] and [`RawSample::truncated`]).
 ///
-/// [`StackWalker::symbolize`] is called off the per-sample path, once per distinct
-/// [`RawFrame`] per window, and may allocate.
+/// [`StackWalker::symbolize`] is called after each `walk` returns, once per [`RawFrame`] never
+/// seen before, and may allocate. A raw frame must mean the same [`Frame`] for the life of the
+/// walker: the profiler caches the answer across windows.
 ///
 /// ```
 /// use span_profile_core::{ExecutionKey, Frame, RawFrame, RawSample, StackSink, StackWalker};

@@ -1,1 +1,248 @@
-//! Test fakes (filled in below).
+//! Test fakes for span-profile: a [`FakeWalker`], an [`InMemoryExporter`] and a
+//! [`CountingAllocator`]. Not part of the public default path: depend on it only in tests,
+//! benches and examples.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use span_profile_core::{
+    ExecutionKey, ExportError, Exporter, Frame, Profile, RawFrame, RawSample, StackSink,
+    StackWalker,
+};
+
+/// A walker that reports `threads` threads, each with a fixed stack of `depth` frames.
+/// Thread `i` has key `ExecutionKey::thread(i + 1)` and is named `worker-i`; frame `d` of
+/// thread `i` is function `fn_<d>` in `fake.py` (leaf `leaf_<i>`), so stacks are distinct per
+/// thread.
+#[derive(Debug, Clone)]
+pub struct FakeWalker {
+    threads: usize,
+    frames: Vec<Vec<RawFrame>>,
+    names: Vec<String>,
+    on_cpu: bool,
+    /// Per-thread overrides of the thread key (e.g. to use real thread ids).
+    keys: Vec<ExecutionKey>,
+    walks: Arc<AtomicU64>,
+}
+
+impl FakeWalker {
+    /// `threads` threads with stacks `depth` deep, all on CPU.
+    pub fn threads(threads: usize, depth: usize) -> Self {
+        let frames = (0..threads)
+            .map(|t| {
+                (0..depth.max(1))
+                    .map(|d| RawFrame {
+                        id: if d == 0 {
+                            1_000_000 + t as u64
+                        } else {
+                            d as u64
+                        },
+                        line: d as u32 + 1,
+                    })
+                    .collect()
+            })
+            .collect();
+        Self {
+            threads,
+            frames,
+            names: (0..threads).map(|t| format!("worker-{t}")).collect(),
+            on_cpu: true,
+            keys: (0..threads)
+                .map(|t| ExecutionKey::thread(t as u64 + 1))
+                .collect(),
+            walks: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Reports the threads as idle (off CPU).
+    pub fn idle(mut self) -> Self {
+        self.on_cpu = false;
+        self
+    }
+
+    /// Uses the given keys for the threads (one per thread).
+    pub fn with_keys(mut self, keys: Vec<ExecutionKey>) -> Self {
+        self.threads = self.threads.min(keys.len());
+        self.keys = keys;
+        self
+    }
+
+    /// How many times `walk` ran (shared between clones).
+    pub fn walk_count(&self) -> Arc<AtomicU64> {
+        self.walks.clone()
+    }
+}
+
+impl StackWalker for FakeWalker {
+    fn walk(&mut self, sink: &mut dyn StackSink) {
+        self.walks.fetch_add(1, Ordering::Relaxed);
+        for t in 0..self.threads {
+            sink.sample(&RawSample {
+                key: self.keys[t],
+                frames: &self.frames[t],
+                truncated: false,
+                on_cpu: self.on_cpu,
+                thread_name: &self.names[t],
+                task_name: None,
+                span: None,
+                weight: 1,
+            });
+        }
+    }
+
+    fn symbolize(&mut self, raw: RawFrame) -> Frame {
+        let name = if raw.id >= 1_000_000 {
+            format!("leaf_{}", raw.id - 1_000_000)
+        } else {
+            format!("fn_{}", raw.id)
+        };
+        Frame::new(name, "fake.py", raw.line)
+    }
+}
+
+/// An exporter that keeps every window in memory. Clones share the windows.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryExporter {
+    profiles: Arc<Mutex<Vec<Arc<Profile>>>>,
+    fail: Arc<AtomicBool>,
+    hang: Arc<Mutex<Option<Duration>>>,
+    shutdowns: Arc<AtomicUsize>,
+}
+
+impl InMemoryExporter {
+    /// The windows received so far.
+    pub fn profiles(&self) -> Vec<Arc<Profile>> {
+        self.profiles.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+    /// Makes every later export fail (true) or succeed (false).
+    pub fn set_failing(&self, fail: bool) {
+        self.fail.store(fail, Ordering::Relaxed);
+    }
+    /// Makes every later export block its thread for `d` before returning.
+    pub fn set_hang(&self, d: Option<Duration>) {
+        if let Ok(mut h) = self.hang.lock() {
+            *h = d;
+        }
+    }
+    /// How many times shutdown was called.
+    pub fn shutdowns(&self) -> usize {
+        self.shutdowns.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait::async_trait]
+impl Exporter for InMemoryExporter {
+    async fn export(&self, profile: Arc<Profile>) -> Result<(), ExportError> {
+        let hang = self.hang.lock().ok().and_then(|h| *h);
+        if let Some(d) = hang {
+            std::thread::sleep(d);
+        }
+        if self.fail.load(Ordering::Relaxed) {
+            return Err(ExportError::InternalFailure("configured to fail".into()));
+        }
+        if let Ok(mut p) = self.profiles.lock() {
+            p.push(profile);
+        }
+        Ok(())
+    }
+    async fn force_flush(&self) -> Result<(), ExportError> {
+        Ok(())
+    }
+    async fn shutdown_with_timeout(&self, _timeout: Duration) -> Result<(), ExportError> {
+        self.shutdowns.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A global allocator wrapper that counts allocations made by threads that opted in, for tests
+/// that prove a path does not allocate. Install it in a test binary with
+/// `#[global_allocator] static A: CountingAllocator = CountingAllocator::new();`.
+#[derive(Debug)]
+pub struct CountingAllocator {
+    count: AtomicU64,
+}
+
+impl CountingAllocator {
+    /// A counter at zero.
+    pub const fn new() -> Self {
+        Self {
+            count: AtomicU64::new(0),
+        }
+    }
+    /// Allocations counted so far (on threads inside [`CountingAllocator::track`]).
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for CountingAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+thread_local! {
+    static TRACKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl CountingAllocator {
+    /// Runs `f` with counting on for this thread; returns its result and the allocations.
+    pub fn track<R>(&self, f: impl FnOnce() -> R) -> (R, u64) {
+        let before = self.count();
+        TRACKING.with(|t| t.set(true));
+        let r = f();
+        TRACKING.with(|t| t.set(false));
+        (r, self.count() - before)
+    }
+}
+
+// The allocator impl needs `unsafe impl GlobalAlloc`; this crate forbids unsafe, so the
+// impl lives in the test binaries that use it via the `counting_allocator!` macro below.
+
+/// Defines a counting global allocator named `$name` in the calling test binary.
+///
+/// The expansion contains the `unsafe impl GlobalAlloc` (delegating to the system allocator),
+/// so it lives in the test crate, not in a library.
+#[macro_export]
+macro_rules! counting_allocator {
+    ($name:ident) => {
+        struct __CountingSystem;
+        // SAFETY: every method delegates to `std::alloc::System` with the caller's arguments
+        // unchanged; counting only touches an atomic and a thread-local `Cell`.
+        unsafe impl ::std::alloc::GlobalAlloc for __CountingSystem {
+            unsafe fn alloc(&self, layout: ::std::alloc::Layout) -> *mut u8 {
+                $crate::__note_alloc(&$name);
+                // SAFETY: forwarded contract of GlobalAlloc::alloc.
+                unsafe { ::std::alloc::System.alloc(layout) }
+            }
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: ::std::alloc::Layout) {
+                // SAFETY: forwarded contract of GlobalAlloc::dealloc.
+                unsafe { ::std::alloc::System.dealloc(ptr, layout) }
+            }
+            unsafe fn realloc(
+                &self,
+                ptr: *mut u8,
+                layout: ::std::alloc::Layout,
+                new: usize,
+            ) -> *mut u8 {
+                $crate::__note_alloc(&$name);
+                // SAFETY: forwarded contract of GlobalAlloc::realloc.
+                unsafe { ::std::alloc::System.realloc(ptr, layout, new) }
+            }
+        }
+        #[global_allocator]
+        static __GLOBAL: __CountingSystem = __CountingSystem;
+        static $name: $crate::CountingAllocator = $crate::CountingAllocator::new();
+    };
+}
+
+#[doc(hidden)]
+pub fn __note_alloc(a: &CountingAllocator) {
+    // `try_with`: during thread teardown the thread-local may be gone; then do not count.
+    if TRACKING.try_with(|t| t.get()).unwrap_or(false) {
+        a.count.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,1 @@
+//! Queries over profiles (being written).

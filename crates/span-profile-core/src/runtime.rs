@@ -1,0 +1,702 @@
+//! The profiler runtime: a sampling thread, windows aligned to the wall clock, and an export
+//! thread fed through a bounded queue.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
+
+use crate::aggregate::{AggregatorLimits, Sample, WindowAggregator};
+use crate::labels::{LabelValues, ResourceAttributeError};
+use crate::registry::ActiveSpanRegistry;
+use crate::spans::SpanTable;
+use crate::{
+    ExportError, Exporter, Frame, Profile, RawFrame, RawSample, Resource, StackSink, StackWalker,
+    WalkError,
+};
+
+/// Why the profiler could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// No walker was configured.
+    #[error("no stack walker configured: call ProfilerBuilder::with_walker")]
+    NoWalker,
+    /// A setting is out of range.
+    #[error("invalid setting {name}: {reason}")]
+    InvalidSetting {
+        /// The setting.
+        name: &'static str,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
+    /// The OS refused to start a thread.
+    #[error("could not start the {0} thread: {1}")]
+    Thread(&'static str, std::io::Error),
+}
+
+/// Counters over the profiler's life. Every drop and failure has one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProfilerStats {
+    /// Ticks taken.
+    pub ticks: u64,
+    /// Samples recorded.
+    pub samples: u64,
+    /// Windows closed.
+    pub windows: u64,
+    /// Windows handed to every exporter successfully.
+    pub exported_windows: u64,
+    /// Windows dropped because the export queue was full (oldest first).
+    pub dropped_windows: u64,
+    /// Failed or timed-out exporter calls.
+    pub export_errors: u64,
+    /// Walker failures (invalid reads, vanished threads).
+    pub walk_errors: u64,
+    /// Samples dropped by the window's row cap.
+    pub dropped_samples: u64,
+    /// CPU time of the sampling thread, nanoseconds.
+    pub sampler_cpu_ns: u64,
+    /// CPU time of the export thread, nanoseconds.
+    pub exporter_cpu_ns: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    ticks: AtomicU64,
+    samples: AtomicU64,
+    windows: AtomicU64,
+    exported_windows: AtomicU64,
+    dropped_windows: AtomicU64,
+    export_errors: AtomicU64,
+    walk_errors: AtomicU64,
+    dropped_samples: AtomicU64,
+    sampler_cpu_ns: AtomicU64,
+    exporter_cpu_ns: AtomicU64,
+    /// Export-thread CPU not yet reported in a window.
+    exporter_cpu_pending: AtomicU64,
+}
+
+/// Configures and starts a [`Profiler`].
+///
+/// ```
+/// use std::time::Duration;
+/// use span_profile_core::Profiler;
+/// use span_profile_test::{FakeWalker, InMemoryExporter};
+///
+/// let exporter = InMemoryExporter::default();
+/// let profiler = Profiler::builder()
+///     .with_service("checkout")
+///     .with_sample_rate_hz(100)
+///     .with_window(Duration::from_secs(60))
+///     .with_walker(FakeWalker::threads(4, 10))
+///     .with_exporter(exporter.clone())
+///     .start()
+///     .unwrap();
+/// std::thread::sleep(Duration::from_millis(50));
+/// profiler.shutdown_with_timeout(Duration::from_secs(5)).unwrap();
+/// let windows = exporter.profiles();
+/// assert_eq!(windows.len(), 1);
+/// assert_eq!(windows[0].resource.service, "checkout");
+/// ```
+#[derive(Debug)]
+pub struct ProfilerBuilder {
+    resource: Resource,
+    resource_problems: Vec<ResourceAttributeError>,
+    rate_hz: u32,
+    window: Duration,
+    walker: Option<Box<dyn StackWalkerDebug>>,
+    exporters: Vec<Arc<dyn Exporter>>,
+    export_queue: usize,
+    export_timeout: Duration,
+    limits: AggregatorLimits,
+    registry: Arc<ActiveSpanRegistry>,
+    spans: Arc<SpanTable>,
+}
+
+/// Object-safe helper so the builder can be `Debug` over any walker.
+trait StackWalkerDebug: StackWalker {}
+impl<T: StackWalker> StackWalkerDebug for T {}
+impl std::fmt::Debug for dyn StackWalkerDebug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StackWalker")
+    }
+}
+
+impl Default for ProfilerBuilder {
+    fn default() -> Self {
+        let (resource, resource_problems) = Resource::from_env();
+        Self {
+            resource,
+            resource_problems,
+            rate_hz: 100,
+            window: Duration::from_secs(60),
+            walker: None,
+            exporters: Vec::new(),
+            export_queue: 4,
+            export_timeout: Duration::from_secs(30),
+            limits: AggregatorLimits::default(),
+            registry: Arc::new(ActiveSpanRegistry::default()),
+            spans: Arc::new(SpanTable::default()),
+        }
+    }
+}
+
+impl ProfilerBuilder {
+    /// Replaces the resource labels (by default read from `OTEL_SERVICE_NAME` and
+    /// `OTEL_RESOURCE_ATTRIBUTES`).
+    pub fn with_resource(mut self, resource: Resource) -> Self {
+        self.resource = resource;
+        self.resource_problems.clear();
+        self
+    }
+    /// Sets `service.name`.
+    pub fn with_service(mut self, service: impl Into<String>) -> Self {
+        self.resource.service = service.into();
+        self
+    }
+    /// Sets `service.version`.
+    pub fn with_version(mut self, version: impl Into<String>) -> Self {
+        self.resource.version = Some(version.into());
+        self
+    }
+    /// Sets `deployment.environment`.
+    pub fn with_environment(mut self, environment: impl Into<String>) -> Self {
+        self.resource.environment = Some(environment.into());
+        self
+    }
+    /// Sets the instance label.
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.resource.instance = Some(instance.into());
+        self
+    }
+    /// Samples per second per thread (1 to 10,000; default 100).
+    pub fn with_sample_rate_hz(mut self, hz: u32) -> Self {
+        self.rate_hz = hz;
+        self
+    }
+    /// Window length (1 s to 1 h; default 60 s). Windows end on wall-clock multiples of it.
+    pub fn with_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+    /// The stack walker.
+    pub fn with_walker(mut self, walker: impl StackWalker) -> Self {
+        self.walker = Some(Box::new(walker));
+        self
+    }
+    /// Adds an exporter; every window goes to every exporter.
+    pub fn with_exporter(mut self, exporter: impl Exporter) -> Self {
+        self.exporters.push(Arc::new(exporter));
+        self
+    }
+    /// Adds a shared exporter.
+    pub fn with_shared_exporter(mut self, exporter: Arc<dyn Exporter>) -> Self {
+        self.exporters.push(exporter);
+        self
+    }
+    /// Closed windows that may wait for the export thread (default 4). When the queue is
+    /// full the oldest window is dropped and counted.
+    pub fn with_export_queue(mut self, windows: usize) -> Self {
+        self.export_queue = windows.max(1);
+        self
+    }
+    /// How long one exporter call may take (default 30 s).
+    pub fn with_export_timeout(mut self, timeout: Duration) -> Self {
+        self.export_timeout = timeout;
+        self
+    }
+    /// Per-window aggregation limits.
+    pub fn with_limits(mut self, limits: AggregatorLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+    /// Uses an existing registry (span hooks may be installed before the profiler starts).
+    pub fn with_registry(mut self, registry: Arc<ActiveSpanRegistry>) -> Self {
+        self.registry = registry;
+        self
+    }
+    /// Uses an existing span table.
+    pub fn with_span_table(mut self, spans: Arc<SpanTable>) -> Self {
+        self.spans = spans;
+        self
+    }
+    /// The registry that span hooks must feed.
+    pub fn registry(&self) -> &Arc<ActiveSpanRegistry> {
+        &self.registry
+    }
+    /// Problems found in `OTEL_RESOURCE_ATTRIBUTES` (the good entries are used).
+    pub fn resource_problems(&self) -> &[ResourceAttributeError] {
+        &self.resource_problems
+    }
+
+    /// Starts the sampling and export threads.
+    pub fn start(self) -> Result<Profiler, StartError> {
+        if !(1..=10_000).contains(&self.rate_hz) {
+            return Err(StartError::InvalidSetting {
+                name: "sample_rate_hz",
+                reason: format!("{} is outside 1..=10000", self.rate_hz),
+            });
+        }
+        if self.window < Duration::from_millis(10) || self.window > Duration::from_secs(3600) {
+            return Err(StartError::InvalidSetting {
+                name: "window",
+                reason: format!("{:?} is outside 10ms..=1h", self.window),
+            });
+        }
+        let walker = self.walker.ok_or(StartError::NoWalker)?;
+        let mut resource = self.resource;
+        if resource.instance.is_none() {
+            resource.instance = Some(default_instance());
+        }
+        let counters = Arc::new(Counters::default());
+        let (win_tx, win_rx) = bounded::<Arc<Profile>>(self.export_queue);
+        let (ctl_tx, ctl_rx) = bounded::<()>(1);
+        let (done_tx, done_rx) = bounded::<()>(1);
+        let stopping = Arc::new(AtomicBool::new(false));
+
+        let exporter_thread = {
+            let counters = counters.clone();
+            let exporters = self.exporters.clone();
+            let timeout = self.export_timeout;
+            let rx = win_rx.clone();
+            thread::Builder::new()
+                .name("span-profile-export".into())
+                .spawn(move || export_loop(rx, exporters, timeout, counters, done_tx))
+                .map_err(|e| StartError::Thread("export", e))?
+        };
+
+        let sampler = Sampler {
+            walker,
+            registry: self.registry.clone(),
+            spans: self.spans.clone(),
+            agg: WindowAggregator::new(self.limits),
+            resource,
+            interval: Duration::from_nanos(1_000_000_000 / u64::from(self.rate_hz)),
+            window: self.window,
+            counters: counters.clone(),
+            win_tx,
+            win_rx,
+            ctl_rx,
+            pending_dropped_windows: 0,
+            tick_interval_ns: 0,
+            tick_samples: 0,
+        };
+        let sampler_thread = thread::Builder::new()
+            .name("span-profile-sampler".into())
+            .spawn(move || sampler.run())
+            .map_err(|e| StartError::Thread("sampler", e))?;
+
+        Ok(Profiler {
+            registry: self.registry,
+            spans: self.spans,
+            counters,
+            ctl_tx,
+            done_rx,
+            stopping,
+            threads: Mutex::new(Some((sampler_thread, exporter_thread))),
+        })
+    }
+}
+
+fn default_instance() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// A running profiler. Dropping it stops it (with a 5 s timeout).
+#[derive(Debug)]
+pub struct Profiler {
+    registry: Arc<ActiveSpanRegistry>,
+    spans: Arc<SpanTable>,
+    counters: Arc<Counters>,
+    ctl_tx: Sender<()>,
+    done_rx: Receiver<()>,
+    stopping: Arc<AtomicBool>,
+    threads: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
+}
+
+impl Profiler {
+    /// A builder with defaults: 100 Hz, 60 s windows, resource labels from the environment.
+    pub fn builder() -> ProfilerBuilder {
+        ProfilerBuilder::default()
+    }
+
+    /// The registry that span hooks feed.
+    pub fn registry(&self) -> &Arc<ActiveSpanRegistry> {
+        &self.registry
+    }
+
+    /// The span table that span hooks feed.
+    pub fn span_table(&self) -> &Arc<SpanTable> {
+        &self.spans
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ProfilerStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ProfilerStats {
+            ticks: l(&c.ticks),
+            samples: l(&c.samples),
+            windows: l(&c.windows),
+            exported_windows: l(&c.exported_windows),
+            dropped_windows: l(&c.dropped_windows),
+            export_errors: l(&c.export_errors),
+            walk_errors: l(&c.walk_errors),
+            dropped_samples: l(&c.dropped_samples),
+            sampler_cpu_ns: l(&c.sampler_cpu_ns),
+            exporter_cpu_ns: l(&c.exporter_cpu_ns),
+        }
+    }
+
+    /// Stops sampling, closes the last partial window, exports what is queued and shuts the
+    /// exporters down. Returns within `timeout`: if exporters are still busy then, their
+    /// thread is left to finish on its own and `Timeout` is returned.
+    pub fn shutdown_with_timeout(&self, timeout: Duration) -> Result<ProfilerStats, ExportError> {
+        if self.stopping.swap(true, Ordering::AcqRel) {
+            return Err(ExportError::AlreadyShutdown);
+        }
+        let deadline = Instant::now() + timeout;
+        // The control channel has room for one message and only shutdown sends, so this
+        // cannot block; a disconnected sampler (it panicked) is simply already stopped.
+        let _ = self.ctl_tx.try_send(());
+        let result = match self.done_rx.recv_deadline(deadline) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => Ok(self.stats()),
+            Err(RecvTimeoutError::Timeout) => Err(ExportError::Timeout(timeout)),
+        };
+        if result.is_ok() {
+            let threads = self
+                .threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some((s, e)) = threads {
+                let _ = s.join();
+                let _ = e.join();
+            }
+        }
+        result
+    }
+
+    /// [`Profiler::shutdown_with_timeout`] with 5 seconds.
+    pub fn shutdown(&self) -> Result<ProfilerStats, ExportError> {
+        self.shutdown_with_timeout(Duration::from_secs(5))
+    }
+}
+
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        if !self.stopping.load(Ordering::Acquire) {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+struct Sampler {
+    walker: Box<dyn StackWalkerDebug>,
+    registry: Arc<ActiveSpanRegistry>,
+    spans: Arc<SpanTable>,
+    agg: WindowAggregator,
+    resource: Resource,
+    interval: Duration,
+    window: Duration,
+    counters: Arc<Counters>,
+    win_tx: Sender<Arc<Profile>>,
+    win_rx: Receiver<Arc<Profile>>,
+    ctl_rx: Receiver<()>,
+    pending_dropped_windows: u64,
+    tick_interval_ns: u64,
+    tick_samples: u64,
+}
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// The end of the window containing `now`: the next wall-clock multiple of `window`.
+fn window_end(now_ns: u64, window_ns: u64) -> u64 {
+    (now_ns / window_ns + 1) * window_ns
+}
+
+impl Sampler {
+    fn run(mut self) {
+        self.walker.on_start();
+        let window_ns = self.window.as_nanos() as u64;
+        let mut start_ns = unix_ns(SystemTime::now());
+        let mut end_ns = window_end(start_ns, window_ns);
+        let mut cpu_at_window_start = thread_cpu_ns();
+        let mut next = Instant::now() + self.interval;
+        let mut last_tick = Instant::now();
+        let mut ticks_in_window = 0u64;
+        loop {
+            match self.ctl_rx.recv_deadline(next) {
+                Err(RecvTimeoutError::Timeout) => {}
+                // Shutdown, or the Profiler handle is gone.
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+            }
+            let now = Instant::now();
+            let elapsed = now.duration_since(last_tick);
+            last_tick = now;
+            // Weight each sample by the real time since the last tick, capped at a few
+            // intervals so a suspended process does not inflate one tick.
+            let nominal = self.interval.as_nanos() as u64;
+            self.tick_interval_ns = (elapsed.as_nanos() as u64).clamp(nominal / 2, nominal * 4);
+            if elapsed > self.interval * 2 {
+                self.agg.stats_mut().missed_ticks += 1;
+            }
+            self.tick();
+            ticks_in_window += 1;
+            next += self.interval;
+            if next < now {
+                // Fell behind (a long walk or a stopped process): skip, do not burst.
+                next = now + self.interval;
+            }
+            let now_ns = unix_ns(SystemTime::now());
+            // A clock that jumped back before the window start closes the window too, so a
+            // window never covers a negative span of time.
+            if now_ns >= end_ns || now_ns < start_ns {
+                let cpu = thread_cpu_ns();
+                self.close_window(
+                    start_ns,
+                    now_ns.clamp(start_ns, end_ns),
+                    cpu.saturating_sub(cpu_at_window_start),
+                    ticks_in_window,
+                );
+                cpu_at_window_start = cpu;
+                ticks_in_window = 0;
+                start_ns = now_ns;
+                end_ns = window_end(now_ns, window_ns);
+            }
+        }
+        let cpu = thread_cpu_ns();
+        let now_ns = unix_ns(SystemTime::now()).max(start_ns);
+        self.close_window(
+            start_ns,
+            now_ns,
+            cpu.saturating_sub(cpu_at_window_start),
+            ticks_in_window,
+        );
+        // Dropping the sender lets the export thread drain the queue and finish.
+    }
+
+    fn tick(&mut self) {
+        self.counters.ticks.fetch_add(1, Ordering::Relaxed);
+        self.agg.stats_mut().ticks += 1;
+        self.tick_samples = 0;
+        let mut walker = std::mem::replace(&mut self.walker, Box::new(NoWalker));
+        walker.walk(&mut TickSink { sampler: self });
+        // Off the per-sample path: name the frames first seen in this tick.
+        self.agg.resolve_frames(&mut |r| walker.symbolize(r));
+        self.walker = walker;
+        self.counters
+            .samples
+            .fetch_add(self.tick_samples, Ordering::Relaxed);
+    }
+
+    fn close_window(&mut self, start_ns: u64, end_ns: u64, sampler_cpu_ns: u64, ticks: u64) {
+        self.counters
+            .sampler_cpu_ns
+            .fetch_add(sampler_cpu_ns, Ordering::Relaxed);
+        let spans = self.spans.drain_window();
+        let duration_ns = end_ns.saturating_sub(start_ns);
+        let mut profile = self.agg.finish(
+            self.resource.clone(),
+            start_ns,
+            duration_ns,
+            self.interval.as_nanos() as u64,
+            &spans,
+        );
+        // Both threads are the agent: the export thread's CPU since the last window is
+        // reported with this one.
+        let exporter_cpu = self
+            .counters
+            .exporter_cpu_pending
+            .swap(0, Ordering::Relaxed);
+        profile.stats.agent_cpu_ns = sampler_cpu_ns + exporter_cpu;
+        profile.stats.dropped_windows = std::mem::take(&mut self.pending_dropped_windows);
+        profile.stats.export_errors = 0;
+        profile.stats.effective_rate_millihz = if duration_ns > 0 {
+            ticks.saturating_mul(1_000_000_000_000) / duration_ns
+        } else {
+            0
+        };
+        self.counters
+            .dropped_samples
+            .fetch_add(profile.stats.dropped_samples, Ordering::Relaxed);
+        self.counters.windows.fetch_add(1, Ordering::Relaxed);
+        let mut window = Arc::new(profile);
+        loop {
+            match self.win_tx.try_send(window) {
+                Ok(()) => break,
+                Err(TrySendError::Full(w)) => {
+                    // Drop the oldest queued window to make room; count it and report the
+                    // count with the next window that goes out.
+                    if self.win_rx.try_recv().is_ok() {
+                        self.counters
+                            .dropped_windows
+                            .fetch_add(1, Ordering::Relaxed);
+                        self.pending_dropped_windows += 1;
+                    }
+                    window = w;
+                }
+                Err(TrySendError::Disconnected(_)) => break,
+            }
+        }
+    }
+}
+
+struct TickSink<'a> {
+    sampler: &'a mut Sampler,
+}
+
+impl StackSink for TickSink<'_> {
+    fn sample(&mut self, s: &RawSample<'_>) {
+        let sampler = &mut *self.sampler;
+        let active = match s.span {
+            Some(ctx) => Some((ctx, None)),
+            None => sampler
+                .registry
+                .current(s.key)
+                .map(|a| (a.ctx, Some(a.route))),
+        };
+        let stack = sampler.agg.intern_stack(s.frames, s.truncated);
+        let thread = sampler.agg.intern_thread_name(s.thread_name);
+        let task = s.task_name.map(|t| sampler.agg.intern_task_name(t));
+        let (span, route) = match active {
+            Some((ctx, route)) => (Some(ctx), route.unwrap_or(LabelValues::BACKGROUND)),
+            None => (None, LabelValues::BACKGROUND),
+        };
+        sampler.agg.add(
+            Sample {
+                stack,
+                span,
+                route,
+                thread,
+                task,
+            },
+            s.on_cpu,
+            sampler.tick_interval_ns,
+            s.weight,
+        );
+        sampler.tick_samples += 1;
+    }
+
+    fn error(&mut self, error: WalkError) {
+        let stats = self.sampler.agg.stats_mut();
+        match error {
+            WalkError::Skipped => stats.skipped_threads += 1,
+            _ => {
+                stats.walk_errors += 1;
+                self.sampler
+                    .counters
+                    .walk_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Placeholder while the real walker is borrowed during a tick.
+struct NoWalker;
+impl StackWalker for NoWalker {
+    fn walk(&mut self, _sink: &mut dyn StackSink) {}
+    fn symbolize(&mut self, _raw: RawFrame) -> Frame {
+        Frame::new("[unknown]", "", 0)
+    }
+}
+
+fn export_loop(
+    rx: Receiver<Arc<Profile>>,
+    exporters: Vec<Arc<dyn Exporter>>,
+    timeout: Duration,
+    counters: Arc<Counters>,
+    done: Sender<()>,
+) {
+    let mut cpu_last = thread_cpu_ns();
+    let mut errors_since_last = 0u64;
+    while let Ok(window) = rx.recv() {
+        let window = if errors_since_last > 0 {
+            let mut w = (*window).clone();
+            w.stats.export_errors = std::mem::take(&mut errors_since_last);
+            Arc::new(w)
+        } else {
+            window
+        };
+        let mut ok = true;
+        for e in &exporters {
+            match block_on_timeout(e.export(window.clone()), timeout) {
+                Some(Ok(())) => {}
+                Some(Err(_)) | None => {
+                    ok = false;
+                    errors_since_last += 1;
+                    counters.export_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if ok {
+            counters.exported_windows.fetch_add(1, Ordering::Relaxed);
+        }
+        let cpu = thread_cpu_ns();
+        let used = cpu.saturating_sub(cpu_last);
+        counters.exporter_cpu_ns.fetch_add(used, Ordering::Relaxed);
+        counters
+            .exporter_cpu_pending
+            .fetch_add(used, Ordering::Relaxed);
+        cpu_last = cpu;
+    }
+    for e in &exporters {
+        if block_on_timeout(e.force_flush(), timeout).is_none_or(|r| r.is_err()) {
+            counters.export_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = block_on_timeout(e.shutdown_with_timeout(timeout), timeout);
+    }
+    let _ = done.send(());
+}
+
+struct ThreadWaker(Thread);
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs a future on the current thread until it completes or `timeout` passes. Exporters are
+/// async for the benefit of async callers; the profiler needs no async runtime to drive them.
+pub(crate) fn block_on_timeout<F: Future>(fut: F, timeout: Duration) -> Option<F::Output> {
+    let deadline = Instant::now() + timeout;
+    let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return Some(v);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        thread::park_timeout(deadline - now);
+    }
+}
+
+/// CPU time of the calling thread in nanoseconds (Linux: `/proc/thread-self/schedstat`;
+/// elsewhere 0).
+pub fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,295 @@
+//! The span table: each span's metadata (name, parent, local root, route, start, end), kept
+//! by the span hooks and drained into every window, so a query can find any span's samples.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::labels::{LabelId, LabelValues, BACKGROUND_ROUTE};
+use crate::registry::ActiveSpan;
+use crate::{SpanContext, SpanId, SpanRecord, TraceId};
+
+/// What a span hook knows when a span starts.
+#[derive(Debug, Clone, Copy)]
+pub struct SpanStart<'a> {
+    /// The span's trace.
+    pub trace_id: TraceId,
+    /// The span.
+    pub span_id: SpanId,
+    /// Its parent, if it has one.
+    pub parent_span_id: Option<SpanId>,
+    /// The parent lives in another process: this span starts a new local root.
+    pub parent_is_remote: bool,
+    /// The span's name.
+    pub name: &'a str,
+    /// Its `http.route` attribute, if set at start.
+    pub route: Option<&'a str>,
+    /// Start time, Unix nanoseconds.
+    pub start_unix_ns: u64,
+}
+
+/// Limits of the span table.
+#[derive(Debug, Clone, Copy)]
+pub struct SpanTableLimits {
+    /// Open spans tracked at once; more are not tracked (their samples still carry ids).
+    pub max_open: usize,
+    /// Ended spans kept per window.
+    pub max_ended_per_window: usize,
+    /// Distinct route values.
+    pub max_routes: usize,
+}
+
+impl Default for SpanTableLimits {
+    fn default() -> Self {
+        Self {
+            max_open: 100_000,
+            max_ended_per_window: 100_000,
+            max_routes: 1_000,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Open {
+    record: SpanRecord,
+    route: LabelId,
+}
+
+#[derive(Debug)]
+struct Inner {
+    open: HashMap<SpanId, Open>,
+    ended: Vec<SpanRecord>,
+    routes: LabelValues,
+    limits: SpanTableLimits,
+    dropped: u64,
+}
+
+/// The table of spans. The one owner of local-root and route logic: span hooks report starts
+/// and ends, and get back the [`ActiveSpan`] to enter in the registry.
+///
+/// Hook-side only: it takes a mutex, so the sampler never calls it per sample.
+///
+/// ```
+/// use span_profile_core::{SpanId, SpanStart, SpanTable, TraceId};
+/// let table = SpanTable::default();
+/// let trace_id = TraceId::from_u128(7).unwrap();
+/// let root = table.start(SpanStart {
+///     trace_id, span_id: SpanId::from_u64(1).unwrap(), parent_span_id: None,
+///     parent_is_remote: false, name: "GET /orders/{id}", route: Some("/orders/{id}"),
+///     start_unix_ns: 0,
+/// });
+/// let child = table.start(SpanStart {
+///     trace_id, span_id: SpanId::from_u64(2).unwrap(), parent_span_id: Some(SpanId::from_u64(1).unwrap()),
+///     parent_is_remote: false, name: "pricing.calculate", route: None, start_unix_ns: 10,
+/// });
+/// assert_eq!(child.ctx.local_root_span_id, root.ctx.span_id);
+/// assert_eq!(table.route_name(child.route).as_ref(), "/orders/{id}");
+/// ```
+#[derive(Debug)]
+pub struct SpanTable {
+    inner: Mutex<Inner>,
+}
+
+impl Default for SpanTable {
+    fn default() -> Self {
+        Self::with_limits(SpanTableLimits::default())
+    }
+}
+
+impl SpanTable {
+    /// A table with the given limits.
+    pub fn with_limits(limits: SpanTableLimits) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                open: HashMap::new(),
+                ended: Vec::new(),
+                routes: LabelValues::with_cap(limits.max_routes),
+                limits,
+                dropped: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Every mutation below leaves the table coherent, so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a span start. Returns what to enter in the registry when the span becomes
+    /// current: its local root is the parent's local root when the parent is a known local
+    /// span, the parent itself when the parent is local but unknown, and the span itself when
+    /// it has no parent or a remote one. Its route is the local root's.
+    pub fn start(&self, s: SpanStart<'_>) -> ActiveSpan {
+        let mut inner = self.lock();
+        let parent = match (s.parent_span_id, s.parent_is_remote) {
+            (Some(p), false) => Some(p),
+            _ => None,
+        };
+        let (local_root, inherited_route) = match parent.and_then(|p| inner.open.get(&p)) {
+            Some(o) => (o.record.local_root_span_id, Some(o.route)),
+            None => (parent.unwrap_or(s.span_id), None),
+        };
+        let route = match (s.route, inherited_route) {
+            (Some(r), None) => inner.routes.intern(r),
+            (_, Some(r)) => r,
+            (None, None) => LabelValues::BACKGROUND,
+        };
+        let active = ActiveSpan {
+            ctx: SpanContext {
+                trace_id: s.trace_id,
+                span_id: s.span_id,
+                local_root_span_id: local_root,
+            },
+            route,
+        };
+        if inner.open.len() >= inner.limits.max_open {
+            inner.dropped += 1;
+            return active;
+        }
+        let record = SpanRecord {
+            trace_id: s.trace_id,
+            span_id: s.span_id,
+            parent_span_id: s.parent_span_id,
+            local_root_span_id: local_root,
+            name: crate::labels::truncate_label(s.name).to_string(),
+            route: s
+                .route
+                .map(|r| crate::labels::truncate_label(r).to_string()),
+            start_unix_ns: s.start_unix_ns,
+            end_unix_ns: None,
+        };
+        inner.open.insert(s.span_id, Open { record, route });
+        active
+    }
+
+    /// Records a span end. `route` is the span's `http.route` at end, if it has one (some
+    /// instrumentations set it only once routing is done).
+    pub fn end(&self, span_id: SpanId, end_unix_ns: u64, route: Option<&str>) {
+        let mut inner = self.lock();
+        let Some(mut open) = inner.open.remove(&span_id) else {
+            return;
+        };
+        open.record.end_unix_ns = Some(end_unix_ns.max(open.record.start_unix_ns));
+        if let Some(r) = route {
+            open.record.route = Some(crate::labels::truncate_label(r).to_string());
+        }
+        if inner.ended.len() >= inner.limits.max_ended_per_window {
+            inner.dropped += 1;
+        } else {
+            inner.ended.push(open.record);
+        }
+    }
+
+    /// Interns a route value (capped; overflow becomes `_other` and is counted).
+    pub fn intern_route(&self, route: &str) -> LabelId {
+        self.lock().routes.intern(route)
+    }
+
+    /// The value of an interned route.
+    pub fn route_name(&self, id: LabelId) -> Arc<str> {
+        self.lock().routes.get_arc(id)
+    }
+
+    /// Closes a window: returns the spans that ended since the last drain plus those still
+    /// open that started or were current during it, the route table and the count of span
+    /// records dropped since the last drain.
+    pub fn drain_window(&self) -> WindowSpans {
+        let inner = &mut *self.lock();
+        let mut spans = std::mem::take(&mut inner.ended);
+        // Open spans go into every window they overlap, so a window alone can answer for a
+        // span that is still running; the query keeps the record with an end time.
+        spans.extend(inner.open.values().map(|o| o.record.clone()));
+        let dropped = std::mem::take(&mut inner.dropped);
+        let route_overflow = inner.routes.overflowed();
+        WindowSpans {
+            spans,
+            routes: inner.routes.clone(),
+            dropped,
+            route_overflow,
+        }
+    }
+}
+
+/// A window's share of the span table.
+#[derive(Debug)]
+pub struct WindowSpans {
+    /// Span records.
+    pub spans: Vec<SpanRecord>,
+    /// A snapshot of the route values, to resolve [`ActiveSpan::route`] ids.
+    pub routes: LabelValues,
+    /// Span records dropped since the last window.
+    pub dropped: u64,
+    /// Route values replaced by `_other`, in total.
+    pub route_overflow: u64,
+}
+
+impl WindowSpans {
+    /// The route name of `id`, [`BACKGROUND_ROUTE`] when out of range.
+    pub fn route(&self, id: LabelId) -> &str {
+        if (id.0 as usize) < self.routes.len() {
+            self.routes.get(id)
+        } else {
+            BACKGROUND_ROUTE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(
+        t: &SpanTable,
+        id: u64,
+        parent: Option<u64>,
+        remote: bool,
+        route: Option<&str>,
+    ) -> ActiveSpan {
+        t.start(SpanStart {
+            trace_id: TraceId::from_u128(1).unwrap(),
+            span_id: SpanId::from_u64(id).unwrap(),
+            parent_span_id: parent.and_then(SpanId::from_u64),
+            parent_is_remote: remote,
+            name: "s",
+            route,
+            start_unix_ns: id * 10,
+        })
+    }
+
+    #[test]
+    fn a_remote_parent_starts_a_new_local_root() {
+        let t = SpanTable::default();
+        let a = start(&t, 5, Some(99), true, Some("/x"));
+        assert_eq!(a.ctx.local_root_span_id.to_u64(), 5);
+        let b = start(&t, 6, Some(5), false, None);
+        assert_eq!(b.ctx.local_root_span_id.to_u64(), 5);
+        let c = start(&t, 7, Some(6), false, Some("/ignored-child-route"));
+        assert_eq!(c.ctx.local_root_span_id.to_u64(), 5);
+        assert_eq!(&*t.route_name(c.route), "/x");
+    }
+
+    #[test]
+    fn ended_spans_reach_exactly_one_window_and_open_ones_every_window() {
+        let t = SpanTable::default();
+        start(&t, 1, None, false, None);
+        start(&t, 2, Some(1), false, None);
+        t.end(SpanId::from_u64(2).unwrap(), 100, None);
+        let w1 = t.drain_window();
+        assert_eq!(w1.spans.len(), 2);
+        let w2 = t.drain_window();
+        assert_eq!(w2.spans.len(), 1);
+        assert_eq!(w2.spans[0].span_id.to_u64(), 1);
+        assert_eq!(w2.spans[0].end_unix_ns, None);
+    }
+
+    #[test]
+    fn the_open_span_cap_is_counted() {
+        let t = SpanTable::with_limits(SpanTableLimits {
+            max_open: 10,
+            ..Default::default()
+        });
+        for i in 1..=20 {
+            start(&t, i, None, false, None);
+        }
+        assert_eq!(t.drain_window().dropped, 10);
+    }
+}
