@@ -1,2 +1,45 @@
-//! Exporters (being written).
+//! # span-profile-export
+//!
+//! Where span-profile's windows go, and how they are read back.
+//!
+//! - [`encode_pprof`] / [`encode_pprof_raw`]: a [`Profile`](span_profile_core::Profile) as
+//!   pprof (gzip or bare), readable by `go tool pprof`, with per-sample labels `trace_id`,
+//!   `span_id`, `local_root_span_id`, `route`, `thread_name` and `task_name`.
+//! - [`decode_pprof`] and [`DecodeError`]: the inverse; it accepts gzip or bare pprof, never
+//!   panics, and also reads profiles written by other tools.
+//! - [`pprof`]: the prost messages of pprof's `profile.proto`.
+//! - [`FileStore`] (feature `file`): an [`Exporter`](span_profile_core::Exporter) writing one
+//!   `.pb.gz` per window with atomic renames, and [`FileStore::read`] / [`FileStore::list`]
+//!   to query the tree.
+//!
+//! ## Lossless files
+//!
+//! pprof has no field for the resource, the window's drop counters or the span table. The
+//! encoder writes them as one JSON comment starting with `span-profile.meta=`, so that
+//! `decode_pprof(&encode_pprof(&p)) == p`. Other pprof readers show it as a comment.
+//!
+//! ## Feature flags
+//!
+//! - `file` (default): the [`FileStore`].
+//!
+//! MSRV: the workspace's `rust-version` (1.85); raising it is a minor-version change.
 #![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(rustdoc::broken_intra_doc_links)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod decode;
+mod encode;
+#[cfg(feature = "file")]
+mod file;
+mod meta;
+pub mod pprof;
+
+pub use decode::{decode_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
+pub use encode::{encode_pprof, encode_pprof_raw, TRUNCATED_FRAME};
+#[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+pub use file::{
+    sanitize_component, FileStore, SkippedFile, StoreError, StoreFilter, StoreRead, StoredFile,
+    FILE_SUFFIX, TEMP_PREFIX,
+};

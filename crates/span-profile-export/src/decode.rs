@@ -1,0 +1,361 @@
+//! pprof → [`Profile`].
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Arc;
+
+use flate2::read::GzDecoder;
+use prost::Message;
+use span_profile_core::labels::BACKGROUND_ROUTE;
+use span_profile_core::{
+    Frame, FrameIndex, ParseIdError, Profile, ProfileSample, Resource, SpanContext, SpanId, Stack,
+    TraceId,
+};
+
+use crate::encode::{keys, SAMPLE_TYPES};
+use crate::meta::{MetaIn, META_PREFIX, META_VERSION};
+use crate::pprof;
+
+/// The largest decompressed profile [`decode_pprof`] accepts: 256 MiB.
+pub const MAX_DECOMPRESSED_LEN: u64 = 256 << 20;
+
+/// Why bytes could not be decoded as a profile.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The data starts like gzip but does not decompress.
+    #[error("the data starts with a gzip header but does not decompress ({0}); the file is probably truncated or corrupt")]
+    Gzip(#[source] std::io::Error),
+    /// Decompressed, the data is larger than [`MAX_DECOMPRESSED_LEN`].
+    #[error("the profile decompresses to more than {limit} bytes; refusing to decode it (a span-profile window is far smaller: is this a pprof file?)")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The bytes are not a pprof `Profile` message.
+    #[error("not a pprof profile: protobuf decoding failed ({0}); the file may be truncated, or not pprof")]
+    Protobuf(#[source] prost::DecodeError),
+    /// `string_table[0]` is not the empty string, as pprof requires.
+    #[error("string_table[0] must be the empty string, found {0:?}")]
+    StringTableStart(String),
+    /// A field refers to a string past the end of the string table.
+    #[error("{field} refers to string {index}, but the string table has {len} entries")]
+    StringIndex {
+        /// The field, e.g. `function 3 name`.
+        field: String,
+        /// The index found.
+        index: i64,
+        /// The string table's length.
+        len: usize,
+    },
+    /// A sample refers to a location id that no location has.
+    #[error("sample {sample} refers to location id {id}, which no location has")]
+    UnknownLocation {
+        /// Sample index.
+        sample: usize,
+        /// Location id.
+        id: u64,
+    },
+    /// A location's line refers to a function id that no function has.
+    #[error("location {location} refers to function id {id}, which no function has")]
+    UnknownFunction {
+        /// Location id.
+        location: u64,
+        /// Function id.
+        id: u64,
+    },
+    /// A sample has a different number of values than the profile has sample types.
+    #[error("sample {sample} has {got} values, but the profile declares {expected} sample types")]
+    ValueCount {
+        /// Sample index.
+        sample: usize,
+        /// Values found.
+        got: usize,
+        /// Sample types declared.
+        expected: usize,
+    },
+    /// A `trace_id`, `span_id` or `local_root_span_id` label is not a valid id.
+    #[error("sample {sample}: label {key} = {value:?} is not a valid id: {source}")]
+    BadId {
+        /// Sample index.
+        sample: usize,
+        /// Label key.
+        key: &'static str,
+        /// Label value.
+        value: String,
+        /// What is wrong with it.
+        source: ParseIdError,
+    },
+    /// The `span-profile.meta=` comment is not valid JSON of a known layout.
+    #[error("the span-profile.meta comment is malformed ({0}); the file was not written by a compatible span-profile")]
+    Meta(#[source] serde_json::Error),
+    /// The meta comment's contents contradict the samples.
+    #[error("the span-profile.meta comment does not match the samples: {0}")]
+    MetaMismatch(String),
+}
+
+/// Decodes a pprof profile, gzip-compressed or not, into a [`Profile`]: the inverse of
+/// [`crate::encode_pprof`]. Never panics, whatever the bytes.
+///
+/// Profiles that other tools wrote (for example Go's `runtime/pprof`) decode with defaults:
+/// a default [`Resource`], no spans, and samples typed by name (`samples/count`,
+/// `cpu/nanoseconds`, `wall/nanoseconds`, `cpu_samples/count`; others are ignored).
+///
+/// ```
+/// use span_profile_export::{decode_pprof, DecodeError};
+/// assert!(matches!(decode_pprof(&[0x1f, 0x8b, 0x08]), Err(DecodeError::Gzip(_))));
+/// assert!(decode_pprof(b"\xff\xff\xff").is_err());
+/// ```
+pub fn decode_pprof(data: &[u8]) -> Result<Profile, DecodeError> {
+    let msg = if data.starts_with(&[0x1f, 0x8b]) {
+        let mut raw = Vec::new();
+        GzDecoder::new(data)
+            .take(MAX_DECOMPRESSED_LEN + 1)
+            .read_to_end(&mut raw)
+            .map_err(DecodeError::Gzip)?;
+        if raw.len() as u64 > MAX_DECOMPRESSED_LEN {
+            return Err(DecodeError::TooLarge {
+                limit: MAX_DECOMPRESSED_LEN,
+            });
+        }
+        pprof::Profile::decode(raw.as_slice())
+    } else {
+        pprof::Profile::decode(data)
+    }
+    .map_err(DecodeError::Protobuf)?;
+    from_message(&msg)
+}
+
+/// Looks strings up with bounds checks.
+struct Strings<'a>(&'a [String]);
+
+impl<'a> Strings<'a> {
+    fn get(&self, index: i64, field: impl FnOnce() -> String) -> Result<&'a str, DecodeError> {
+        if index == 0 {
+            return Ok("");
+        }
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.0.get(i))
+            .map(String::as_str)
+            .ok_or_else(|| DecodeError::StringIndex {
+                field: field(),
+                index,
+                len: self.0.len(),
+            })
+    }
+}
+
+/// The inverse of the encoder's cast.
+fn unsigned(v: i64) -> u64 {
+    v as u64
+}
+
+pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError> {
+    if let Some(first) = msg.string_table.first().filter(|s| !s.is_empty()) {
+        return Err(DecodeError::StringTableStart(first.clone()));
+    }
+    let strings = Strings(&msg.string_table);
+
+    let mut meta: Option<MetaIn> = None;
+    for (i, &c) in msg.comment.iter().enumerate() {
+        let text = strings.get(c, || format!("comment {i}"))?;
+        if let Some(json) = text.strip_prefix(META_PREFIX) {
+            meta = Some(serde_json::from_str(json).map_err(DecodeError::Meta)?);
+            break;
+        }
+    }
+    if let Some(m) = &meta {
+        if m.v > META_VERSION {
+            return Err(DecodeError::MetaMismatch(format!(
+                "meta version {} is newer than this decoder understands ({META_VERSION}); upgrade span-profile",
+                m.v
+            )));
+        }
+    }
+    let truncated_location = meta.as_ref().and_then(|m| m.truncated_location);
+
+    // Functions by id.
+    let mut functions: HashMap<u64, (&str, &str)> = HashMap::with_capacity(msg.function.len());
+    for f in &msg.function {
+        let name = strings.get(f.name, || format!("function {} name", f.id))?;
+        let file = strings.get(f.filename, || format!("function {} filename", f.id))?;
+        functions.insert(f.id, (name, file));
+    }
+
+    // Frames: one per line of each location, in location order; lines are innermost first.
+    let mut frames: Vec<Frame> = Vec::with_capacity(msg.location.len());
+    let mut location_frames: HashMap<u64, (usize, usize)> =
+        HashMap::with_capacity(msg.location.len());
+    for loc in &msg.location {
+        if Some(loc.id) == truncated_location {
+            continue;
+        }
+        let start = frames.len();
+        if loc.line.is_empty() {
+            frames.push(Frame::new(format!("0x{:x}", loc.address), "", 0));
+        }
+        for line in &loc.line {
+            let &(name, file) =
+                functions
+                    .get(&line.function_id)
+                    .ok_or(DecodeError::UnknownFunction {
+                        location: loc.id,
+                        id: line.function_id,
+                    })?;
+            let line_no = u32::try_from(line.line).unwrap_or(0);
+            frames.push(Frame::new(name, file, line_no));
+        }
+        location_frames.insert(loc.id, (start, frames.len()));
+    }
+
+    // Which value goes where.
+    let mut columns: [Option<usize>; 4] = [None; 4];
+    for (i, vt) in msg.sample_type.iter().enumerate() {
+        let t = strings.get(vt.r#type, || format!("sample_type {i} type"))?;
+        let u = strings.get(vt.unit, || format!("sample_type {i} unit"))?;
+        if let Some(col) = SAMPLE_TYPES.iter().position(|&(st, su)| st == t && su == u) {
+            if let Some(slot) = columns.get_mut(col) {
+                slot.get_or_insert(i);
+            }
+        }
+    }
+
+    let mut stacks: Vec<Stack> = Vec::new();
+    let mut stack_index: HashMap<Stack, u32> = HashMap::new();
+    let mut interned: HashMap<&str, Arc<str>> = HashMap::new();
+    let mut samples = Vec::with_capacity(msg.sample.len());
+    for (si, s) in msg.sample.iter().enumerate() {
+        if s.value.len() != msg.sample_type.len() {
+            return Err(DecodeError::ValueCount {
+                sample: si,
+                got: s.value.len(),
+                expected: msg.sample_type.len(),
+            });
+        }
+        let mut stack = Stack::default();
+        for &id in &s.location_id {
+            if Some(id) == truncated_location {
+                stack.truncated = true;
+                continue;
+            }
+            let &(a, b) = location_frames
+                .get(&id)
+                .ok_or(DecodeError::UnknownLocation { sample: si, id })?;
+            stack.frames.extend((a..b).map(|f| f as FrameIndex));
+        }
+        let next = stacks.len() as u32;
+        let stack = *stack_index.entry(stack).or_insert_with_key(|k| {
+            stacks.push(k.clone());
+            next
+        });
+
+        let value = |col: usize| {
+            columns
+                .get(col)
+                .copied()
+                .flatten()
+                .and_then(|i| s.value.get(i))
+                .map_or(0, |&v| unsigned(v))
+        };
+        let mut labels: [Option<&str>; 6] = [None; 6];
+        const KEYS: [&str; 6] = [
+            keys::TRACE_ID,
+            keys::SPAN_ID,
+            keys::LOCAL_ROOT_SPAN_ID,
+            keys::ROUTE,
+            keys::THREAD_NAME,
+            keys::TASK_NAME,
+        ];
+        for (li, l) in s.label.iter().enumerate() {
+            let key = strings.get(l.key, || format!("sample {si} label {li} key"))?;
+            if let Some(k) = KEYS.iter().position(|&k| k == key) {
+                let v = strings.get(l.str, || format!("sample {si} label {key}"))?;
+                if let Some(slot) = labels.get_mut(k) {
+                    slot.get_or_insert(v);
+                }
+            }
+        }
+        let [trace, span, root, route, thread, task] = labels;
+        let span = span_context(si, trace, span, root)?;
+        let route = route.unwrap_or(BACKGROUND_ROUTE);
+        samples.push(ProfileSample {
+            stack,
+            span,
+            route: arc_of(&mut interned, route),
+            thread_name: arc_of(&mut interned, thread.unwrap_or("")),
+            task_name: task.map(|t| arc_of(&mut interned, t)),
+            wall_samples: value(0),
+            cpu_ns: value(1),
+            wall_ns: value(2),
+            cpu_samples: value(3),
+        });
+    }
+
+    let (resource, stats, spans) = match meta {
+        None => (Resource::default(), Default::default(), Vec::new()),
+        Some(m) => {
+            if let (Some(table), Some(indices)) = (m.stacks.as_ref(), m.sample_stacks.as_ref()) {
+                if indices.len() != samples.len() {
+                    return Err(DecodeError::MetaMismatch(format!(
+                        "it lists stacks for {} samples, the profile has {}",
+                        indices.len(),
+                        samples.len()
+                    )));
+                }
+                stacks = table.clone();
+                for (s, &i) in samples.iter_mut().zip(indices) {
+                    s.stack = i;
+                }
+            }
+            let stats = m.stats().map_err(DecodeError::Meta)?;
+            (m.resource.unwrap_or_default(), stats, m.spans)
+        }
+    };
+
+    Ok(Profile {
+        resource,
+        start_unix_ns: unsigned(msg.time_nanos),
+        duration_ns: unsigned(msg.duration_nanos),
+        period_ns: unsigned(msg.period),
+        frames,
+        stacks,
+        samples,
+        spans,
+        stats,
+    })
+}
+
+/// Shares one `Arc<str>` per distinct label value.
+fn arc_of<'a>(interned: &mut HashMap<&'a str, Arc<str>>, s: &'a str) -> Arc<str> {
+    interned.entry(s).or_insert_with(|| Arc::from(s)).clone()
+}
+
+/// The sample's span: needs both `trace_id` and `span_id`; the local root defaults to the span.
+fn span_context(
+    sample: usize,
+    trace: Option<&str>,
+    span: Option<&str>,
+    root: Option<&str>,
+) -> Result<Option<SpanContext>, DecodeError> {
+    let (Some(trace), Some(span)) = (trace, span) else {
+        return Ok(None);
+    };
+    let bad = |key: &'static str, value: &str, source| DecodeError::BadId {
+        sample,
+        key,
+        value: value.to_owned(),
+        source,
+    };
+    let trace_id: TraceId = trace.parse().map_err(|e| bad(keys::TRACE_ID, trace, e))?;
+    let span_id: SpanId = span.parse().map_err(|e| bad(keys::SPAN_ID, span, e))?;
+    let local_root_span_id = match root {
+        Some(r) => r.parse().map_err(|e| bad(keys::LOCAL_ROOT_SPAN_ID, r, e))?,
+        None => span_id,
+    };
+    Ok(Some(SpanContext {
+        trace_id,
+        span_id,
+        local_root_span_id,
+    }))
+}

@@ -1,0 +1,525 @@
+//! The file store: one gzip pprof file per window, in a directory tree by service and day.
+//!
+//! Layout: `<dir>/<service>/<YYYY-MM-DD>/<start_unix_ms>-<instance>-<seq>.pb.gz`, where the
+//! day is the window start's UTC date, `service` and `instance` are sanitized (see
+//! [`sanitize_component`]) and `seq` tells apart windows of one instance that start in the
+//! same millisecond. Files are written as `.tmp-…` in the same directory, fsynced and renamed,
+//! so a crash never leaves a torn `.pb.gz`; readers ignore names starting with `.`.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use span_profile_core::{ExportError, Exporter, Profile};
+
+use crate::{decode_pprof, encode_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
+
+/// File name suffix of stored windows.
+pub const FILE_SUFFIX: &str = ".pb.gz";
+/// Prefix of files being written; readers skip them.
+pub const TEMP_PREFIX: &str = ".tmp-";
+/// Longest sanitized path component, in bytes.
+const MAX_COMPONENT_LEN: usize = 100;
+const NS_PER_MS: u64 = 1_000_000;
+const NS_PER_DAY: u64 = 86_400 * 1_000_000_000;
+
+/// An [`Exporter`] that writes each window to a local directory tree.
+///
+/// ```
+/// use std::sync::Arc;
+/// use span_profile_core::{Exporter, Profile, Resource};
+/// use span_profile_export::{FileStore, StoreFilter};
+///
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let mut f = std::pin::pin!(f);
+/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+/// # }
+/// let dir = std::env::temp_dir().join(format!("span-profile-doc-{}", std::process::id()));
+/// let store = FileStore::new(&dir);
+/// let window = Profile::empty(Resource::default(), 1_700_000_000_000_000_000, 10_000_000_000, 10_000_000);
+/// block_on(store.export(Arc::new(window.clone()))).unwrap();
+///
+/// let read = FileStore::read(&dir, &StoreFilter::default()).unwrap();
+/// assert_eq!(read.profiles, vec![window]);
+/// assert!(read.skipped.is_empty());
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct FileStore {
+    dir: PathBuf,
+    seq: AtomicU64,
+    shut_down: AtomicBool,
+}
+
+/// Which stored windows to read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreFilter {
+    /// Only this service (compared after sanitizing); `None` for all.
+    pub service: Option<String>,
+    /// Only windows that start at or after this time, Unix nanoseconds.
+    pub since_unix_ns: Option<u64>,
+    /// Only windows that start before this time, Unix nanoseconds.
+    pub until_unix_ns: Option<u64>,
+}
+
+/// A stored window found by [`FileStore::list`], known from its path alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFile {
+    /// Full path of the `.pb.gz`.
+    pub path: PathBuf,
+    /// The service directory (sanitized service name).
+    pub service: String,
+    /// The sanitized instance from the file name.
+    pub instance: String,
+    /// Window start from the file name, Unix milliseconds.
+    pub start_unix_ms: u64,
+    /// Sequence number from the file name.
+    pub seq: u64,
+    /// File size in bytes.
+    pub len: u64,
+}
+
+/// The windows [`FileStore::read`] decoded, and the files it could not read.
+#[derive(Debug, Default)]
+pub struct StoreRead {
+    /// Decoded windows, by start time.
+    pub profiles: Vec<Profile>,
+    /// Files that were skipped, with the reason.
+    pub skipped: Vec<SkippedFile>,
+}
+
+/// A file or directory that [`FileStore::read`] or [`FileStore::list`] could not read.
+#[derive(Debug)]
+pub struct SkippedFile {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// Why.
+    pub error: StoreError,
+}
+
+/// Errors of the file store's read side.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A file or directory could not be read.
+    #[error("cannot read {}: {source}; check that it exists and is readable", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// A file is larger than any window could be.
+    #[error("{} is {len} bytes, more than the {limit}-byte limit; not a span-profile window?", path.display())]
+    TooLarge {
+        /// The path.
+        path: PathBuf,
+        /// Its size.
+        len: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A file is not a decodable profile (truncated, corrupt, or not pprof).
+    #[error("cannot decode {}: {source}", path.display())]
+    Decode {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong.
+        source: DecodeError,
+    },
+}
+
+impl FileStore {
+    /// A store rooted at `dir`; directories are created as windows are written.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            seq: AtomicU64::new(0),
+            shut_down: AtomicBool::new(false),
+        }
+    }
+
+    /// The root directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes one window (gzip pprof) atomically and returns its path.
+    ///
+    /// This is what [`Exporter::export`] does; it blocks on file I/O and fsync.
+    pub fn write(&self, profile: &Profile) -> Result<PathBuf, ExportError> {
+        let day_dir = self
+            .dir
+            .join(sanitize_component(&profile.resource.service))
+            .join(utc_date(profile.start_unix_ns));
+        fs::create_dir_all(&day_dir).map_err(|e| failure("create directory", &day_dir, &e))?;
+        let instance =
+            sanitize_component(profile.resource.instance.as_deref().unwrap_or("unknown"));
+        let start_ms = profile.start_unix_ns / NS_PER_MS;
+        let bytes = encode_pprof(profile);
+
+        // Relaxed: the counter only has to hand out distinct numbers.
+        let mut seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut path;
+        loop {
+            path = day_dir.join(format!("{start_ms}-{instance}-{seq}{FILE_SUFFIX}"));
+            if !path.exists() {
+                break;
+            }
+            seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        }
+        let tmp = day_dir.join(format!(
+            "{TEMP_PREFIX}{start_ms}-{instance}-{seq}-{}",
+            std::process::id()
+        ));
+        let written = write_synced(&tmp, &bytes).and_then(|()| fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(failure("write", &tmp, &e));
+        }
+        // Make the rename durable. Not every platform can open or sync a directory; the
+        // file itself is already complete, so a failure here is not reported.
+        if let Ok(d) = fs::File::open(&day_dir) {
+            let _ = d.sync_all();
+        }
+        Ok(path)
+    }
+
+    /// Lists stored windows that pass `filter`, judged from paths alone (nothing is decoded),
+    /// by start time. Unreadable subdirectories are returned as skipped.
+    ///
+    /// An error means the root directory itself cannot be read.
+    pub fn list(
+        dir: impl AsRef<Path>,
+        filter: &StoreFilter,
+    ) -> Result<(Vec<StoredFile>, Vec<SkippedFile>), StoreError> {
+        let dir = dir.as_ref();
+        let mut files = Vec::new();
+        let mut skipped = Vec::new();
+        let want_service = filter.service.as_deref().map(sanitize_component);
+        let since_day = filter.since_unix_ns.map(|t| t / NS_PER_DAY);
+        let until_day = filter.until_unix_ns.map(|t| t / NS_PER_DAY);
+        for service in read_dir_names(dir).map_err(|source| StoreError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })? {
+            if want_service.as_ref().is_some_and(|w| *w != service) {
+                continue;
+            }
+            let service_dir = dir.join(&service);
+            if !service_dir.is_dir() {
+                continue;
+            }
+            let days = match read_dir_names(&service_dir) {
+                Ok(d) => d,
+                Err(source) => {
+                    skipped.push(io_skip(service_dir, source));
+                    continue;
+                }
+            };
+            for day in days {
+                // Skip whole days outside the range; names that are not dates are still read.
+                if let Some(d) = parse_date(&day) {
+                    if since_day.is_some_and(|s| d < s) || until_day.is_some_and(|u| d > u) {
+                        continue;
+                    }
+                }
+                let day_dir = service_dir.join(&day);
+                if !day_dir.is_dir() {
+                    continue;
+                }
+                let names = match read_dir_names(&day_dir) {
+                    Ok(n) => n,
+                    Err(source) => {
+                        skipped.push(io_skip(day_dir, source));
+                        continue;
+                    }
+                };
+                for name in names {
+                    let Some((start_unix_ms, instance, seq)) = parse_file_name(&name) else {
+                        continue;
+                    };
+                    if !in_range(filter, start_unix_ms) {
+                        continue;
+                    }
+                    let path = day_dir.join(&name);
+                    let len = match fs::metadata(&path) {
+                        Ok(m) if m.is_file() => m.len(),
+                        Ok(_) => continue,
+                        Err(source) => {
+                            skipped.push(io_skip(path, source));
+                            continue;
+                        }
+                    };
+                    files.push(StoredFile {
+                        path,
+                        service: service.clone(),
+                        instance: instance.to_owned(),
+                        start_unix_ms,
+                        seq,
+                        len,
+                    });
+                }
+            }
+        }
+        files.sort_by(|a, b| {
+            (a.start_unix_ms, &a.service, &a.instance, a.seq).cmp(&(
+                b.start_unix_ms,
+                &b.service,
+                &b.instance,
+                b.seq,
+            ))
+        });
+        Ok((files, skipped))
+    }
+
+    /// Reads and decodes the stored windows that pass `filter`, by start time. Files are
+    /// chosen by their names first; corrupt or truncated files are skipped and listed, never
+    /// fatal. An error means the root directory itself cannot be read.
+    pub fn read(dir: impl AsRef<Path>, filter: &StoreFilter) -> Result<StoreRead, StoreError> {
+        let (files, skipped) = Self::list(dir, filter)?;
+        let mut out = StoreRead {
+            profiles: Vec::with_capacity(files.len()),
+            skipped,
+        };
+        for f in files {
+            match read_one(&f) {
+                Ok(p) => {
+                    // The name has millisecond precision; apply the filter exactly.
+                    let start = p.start_unix_ns;
+                    if filter.since_unix_ns.is_none_or(|s| start >= s)
+                        && filter.until_unix_ns.is_none_or(|u| start < u)
+                    {
+                        out.profiles.push(p);
+                    }
+                }
+                Err(error) => out.skipped.push(SkippedFile {
+                    path: f.path,
+                    error,
+                }),
+            }
+        }
+        out.profiles.sort_by_key(|p| p.start_unix_ns);
+        Ok(out)
+    }
+}
+
+#[async_trait::async_trait]
+impl Exporter for FileStore {
+    async fn export(&self, profile: Arc<Profile>) -> Result<(), ExportError> {
+        // Acquire pairs with the Release in shutdown: no write starts after shutdown returns.
+        if self.shut_down.load(Ordering::Acquire) {
+            return Err(ExportError::AlreadyShutdown);
+        }
+        self.write(&profile).map(|_| ())
+    }
+
+    async fn force_flush(&self) -> Result<(), ExportError> {
+        // Every write is fsynced before export returns; nothing is buffered.
+        Ok(())
+    }
+
+    async fn shutdown_with_timeout(&self, _timeout: Duration) -> Result<(), ExportError> {
+        self.shut_down.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+fn read_one(f: &StoredFile) -> Result<Profile, StoreError> {
+    if f.len > MAX_DECOMPRESSED_LEN {
+        return Err(StoreError::TooLarge {
+            path: f.path.clone(),
+            len: f.len,
+            limit: MAX_DECOMPRESSED_LEN,
+        });
+    }
+    let bytes = fs::read(&f.path).map_err(|source| StoreError::Io {
+        path: f.path.clone(),
+        source,
+    })?;
+    decode_pprof(&bytes).map_err(|source| StoreError::Decode {
+        path: f.path.clone(),
+        source,
+    })
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+fn failure(what: &str, path: &Path, e: &io::Error) -> ExportError {
+    ExportError::InternalFailure(format!(
+        "file store: cannot {what} {}: {e}; check that the directory is writable and the disk is not full",
+        path.display()
+    ))
+}
+
+fn io_skip(path: PathBuf, source: io::Error) -> SkippedFile {
+    SkippedFile {
+        error: StoreError::Io {
+            path: path.clone(),
+            source,
+        },
+        path,
+    }
+}
+
+/// Names in a directory that are valid UTF-8 and do not start with `.`.
+fn read_dir_names(dir: &Path) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let Ok(name) = entry?.file_name().into_string() else {
+            continue;
+        };
+        if !name.starts_with('.') {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+fn in_range(filter: &StoreFilter, start_ms: u64) -> bool {
+    // The file's window starts in [start_ms, start_ms + 1) milliseconds.
+    let lo = start_ms.saturating_mul(NS_PER_MS);
+    let hi = lo.saturating_add(NS_PER_MS - 1);
+    filter.since_unix_ns.is_none_or(|s| hi >= s) && filter.until_unix_ns.is_none_or(|u| lo < u)
+}
+
+/// Makes `s` safe as one path component: keeps ASCII letters, digits, `-`, `_` and `.`,
+/// replaces everything else (including `/`, `\`, control characters and non-ASCII) with
+/// `_`, never starts with `.` (no `..`, no hidden or temp names), is never empty, and is at
+/// most 100 bytes.
+///
+/// ```
+/// use span_profile_export::sanitize_component;
+/// assert_eq!(sanitize_component("checkout"), "checkout");
+/// assert_eq!(sanitize_component("../etc/passwd"), "_._etc_passwd");
+/// assert_eq!(sanitize_component(""), "_");
+/// assert_eq!(sanitize_component("a\nb/c"), "a_b_c");
+/// ```
+pub fn sanitize_component(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(MAX_COMPONENT_LEN)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.starts_with('.') {
+        out.replace_range(..1, "_");
+    }
+    if out.is_empty() {
+        out.push('_');
+    }
+    out
+}
+
+/// `<start_ms>-<instance>-<seq>.pb.gz` → its parts.
+fn parse_file_name(name: &str) -> Option<(u64, &str, u64)> {
+    let stem = name.strip_suffix(FILE_SUFFIX)?;
+    let (start, rest) = stem.split_once('-')?;
+    let (instance, seq) = rest.rsplit_once('-')?;
+    if start.is_empty() || !start.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((start.parse().ok()?, instance, seq.parse().ok()?))
+}
+
+/// The UTC date of a Unix time, `YYYY-MM-DD`.
+fn utc_date(unix_ns: u64) -> String {
+    let (y, m, d) = civil_from_days((unix_ns / NS_PER_DAY) as i64);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// (year, month, day) → days since 1970-01-01.
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `YYYY-MM-DD` → days since 1970-01-01, if it is a date on or after 1970-01-01.
+fn parse_date(s: &str) -> Option<u64> {
+    let mut it = s.splitn(3, '-');
+    let y: i64 = it.next()?.parse().ok()?;
+    let m: u32 = it.next()?.parse().ok()?;
+    let d: u32 = it.next()?.parse().ok()?;
+    if s.len() != 10 || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    u64::try_from(days_from_civil(y, m, d)).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_utc_days() {
+        assert_eq!(utc_date(0), "1970-01-01");
+        // 2024-02-29T23:59:59Z
+        assert_eq!(utc_date(1_709_251_199 * 1_000_000_000), "2024-02-29");
+        assert_eq!(utc_date(1_709_251_200 * 1_000_000_000), "2024-03-01");
+        for days in [0u64, 59, 365, 11_016, 19_782, 30_000] {
+            let s = utc_date(days * NS_PER_DAY);
+            assert_eq!(parse_date(&s), Some(days), "{s}");
+        }
+        assert_eq!(parse_date("2024-13-01"), None);
+        assert_eq!(parse_date("x"), None);
+    }
+
+    #[test]
+    fn file_names_parse_back() {
+        assert_eq!(
+            parse_file_name("1700000000000-host-1-42.pb.gz"),
+            Some((1_700_000_000_000, "host-1", 42))
+        );
+        assert_eq!(parse_file_name(".tmp-1-a-2"), None);
+        assert_eq!(parse_file_name("x-a-1.pb.gz"), None);
+        assert_eq!(parse_file_name("1-a-1.pb"), None);
+    }
+
+    #[test]
+    fn components_cannot_escape() {
+        for bad in ["..", ".", "/", "a/../b", "\u{0}", "é", ".tmp-x"] {
+            let s = sanitize_component(bad);
+            assert!(
+                !s.contains('/') && !s.starts_with('.') && s.is_ascii(),
+                "{s}"
+            );
+            assert!(!s.chars().any(char::is_control));
+        }
+        assert_eq!(sanitize_component(&"x".repeat(500)).len(), 100);
+    }
+}

@@ -1,0 +1,98 @@
+//! What a [`Profile`] holds that pprof has no field for, carried as one JSON comment.
+
+use serde::{Deserialize, Serialize};
+use span_profile_core::{Profile, Resource, SpanRecord, Stack, WindowStats};
+
+/// The prefix of the comment that carries [`Meta`].
+pub(crate) const META_PREFIX: &str = "span-profile.meta=";
+
+/// Version of the meta layout; bumped on incompatible changes.
+pub(crate) const META_VERSION: u32 = 1;
+
+/// Written by the encoder, read by the decoder.
+#[derive(Debug, Serialize)]
+pub(crate) struct MetaOut<'a> {
+    pub(crate) v: u32,
+    pub(crate) resource: &'a Resource,
+    pub(crate) stats: &'a WindowStats,
+    pub(crate) spans: &'a [SpanRecord],
+    /// Id of the synthetic `[truncated]` location, when one was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) truncated_location: Option<u64>,
+    /// The stack table, only when the decoder could not rebuild it from the samples
+    /// (duplicate, unused or out-of-order stacks, or out-of-range frame indices).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) stacks: Option<&'a [Stack]>,
+    /// Each sample's stack index, written together with `stacks`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sample_stacks: Option<Vec<u32>>,
+}
+
+/// The decoder's view of the meta comment. `stats` stays JSON so that counters added to
+/// [`WindowStats`] later, or missing from older files, fall back to their defaults.
+#[derive(Debug, Deserialize)]
+pub(crate) struct MetaIn {
+    #[serde(default)]
+    pub(crate) v: u32,
+    #[serde(default)]
+    pub(crate) resource: Option<Resource>,
+    #[serde(default)]
+    pub(crate) stats: Option<serde_json::Value>,
+    #[serde(default)]
+    pub(crate) spans: Vec<SpanRecord>,
+    #[serde(default)]
+    pub(crate) truncated_location: Option<u64>,
+    #[serde(default)]
+    pub(crate) stacks: Option<Vec<Stack>>,
+    #[serde(default)]
+    pub(crate) sample_stacks: Option<Vec<u32>>,
+}
+
+impl MetaIn {
+    /// The window stats, with any counter the file lacks at its default.
+    pub(crate) fn stats(&self) -> Result<WindowStats, serde_json::Error> {
+        let Some(serde_json::Value::Object(stored)) = &self.stats else {
+            return Ok(WindowStats::default());
+        };
+        let mut merged = serde_json::to_value(WindowStats::default())?;
+        if let serde_json::Value::Object(m) = &mut merged {
+            for (k, v) in stored {
+                if m.contains_key(k) {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        serde_json::from_value(merged)
+    }
+}
+
+/// The stack table and per-sample stack indices that the decoder rebuilds from the pprof
+/// samples alone: stacks interned in order of first use, out-of-range frames left out.
+/// Returns `None` when that equals what `profile` holds, so the meta need not carry them.
+pub(crate) fn stack_override(profile: &Profile) -> Option<Vec<u32>> {
+    let n_frames = profile.frames.len();
+    let mut seen = std::collections::HashSet::with_capacity(profile.stacks.len());
+    let mut next: u32 = 0;
+    let mut canonical = true;
+    for s in &profile.samples {
+        let Some(stack) = profile.stacks.get(s.stack as usize) else {
+            canonical = false;
+            break;
+        };
+        if s.stack == next {
+            if stack.frames.iter().any(|&f| f as usize >= n_frames) || !seen.insert(stack) {
+                canonical = false;
+                break;
+            }
+            next += 1;
+        } else if s.stack > next {
+            canonical = false;
+            break;
+        }
+    }
+    if canonical && next as usize == profile.stacks.len() {
+        None
+    } else {
+        Some(profile.samples.iter().map(|s| s.stack).collect())
+    }
+}

@@ -1,0 +1,123 @@
+//! Profiles built by hand, shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use span_profile_core::{
+    Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
+};
+
+pub const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+pub const ROOT: &str = "00f067aa0ba902b7";
+pub const CHILD: &str = "53995c3f42cd8ad8";
+
+pub fn ctx(span: &str) -> SpanContext {
+    SpanContext {
+        trace_id: TRACE.parse::<TraceId>().unwrap(),
+        span_id: span.parse::<SpanId>().unwrap(),
+        local_root_span_id: ROOT.parse::<SpanId>().unwrap(),
+    }
+}
+
+pub fn sample(stack: u32, span: Option<&str>, route: &str, wall: u64, cpu: u64) -> ProfileSample {
+    ProfileSample {
+        stack,
+        span: span.map(ctx),
+        route: Arc::from(route),
+        thread_name: Arc::from("MainThread"),
+        task_name: None,
+        cpu_samples: cpu,
+        wall_samples: wall,
+        cpu_ns: cpu * 10_000_000,
+        wall_ns: wall * 10_000_000,
+    }
+}
+
+/// The seed scenario: a checkout service whose `pricing.calculate` span is slow in date
+/// parsing. Two spans (a root and its child), a background sample, a truncated stack.
+pub fn checkout_profile() -> Profile {
+    let (resource, _) = Resource::from_vars(
+        Some("checkout"),
+        Some("service.version=1.4.2,deployment.environment=prod,service.instance.id=host-1/pid 42"),
+    );
+    let mut p = Profile::empty(
+        resource,
+        1_700_000_000_123_456_789,
+        10_000_000_000,
+        10_000_000,
+    );
+    p.frames = vec![
+        Frame::new("_strptime", "/usr/lib/python3.12/_strptime.py", 565),
+        Frame::new("parse_date", "/app/pricing.py", 12),
+        Frame::new("calculate", "/app/pricing.py", 40),
+        Frame::new("checkout", "/app/views.py", 88),
+        Frame::new("handle", "/app/server.py", 7),
+        Frame::new("calculate", "/app/pricing.py", 41),
+        Frame::new("sleep", "", 0),
+        Frame::new("run", "/app/worker.py", 3),
+    ];
+    p.stacks = vec![
+        Stack {
+            frames: vec![0, 1, 2, 3, 4],
+            truncated: false,
+        },
+        Stack {
+            frames: vec![3, 4],
+            truncated: false,
+        },
+        Stack {
+            frames: vec![6, 7],
+            truncated: false,
+        },
+        Stack {
+            frames: vec![5, 3, 4],
+            truncated: true,
+        },
+    ];
+    p.samples = vec![
+        sample(0, Some(CHILD), "/checkout/{id}", 60, 55),
+        sample(1, Some(ROOT), "/checkout/{id}", 10, 2),
+        sample(2, None, "background", 100, 0),
+        sample(3, Some(CHILD), "/checkout/{id}", 12, 12),
+    ];
+    p.samples[2].thread_name = Arc::from("worker-1");
+    p.samples[3].task_name = Some(Arc::from("Task-7"));
+    p.spans = vec![
+        SpanRecord {
+            trace_id: TRACE.parse().unwrap(),
+            span_id: ROOT.parse().unwrap(),
+            parent_span_id: None,
+            local_root_span_id: ROOT.parse().unwrap(),
+            name: "POST /checkout/{id}".into(),
+            route: Some("/checkout/{id}".into()),
+            start_unix_ns: 1_700_000_000_200_000_000,
+            end_unix_ns: Some(1_700_000_000_920_000_000),
+        },
+        SpanRecord {
+            trace_id: TRACE.parse().unwrap(),
+            span_id: CHILD.parse().unwrap(),
+            parent_span_id: Some(ROOT.parse().unwrap()),
+            local_root_span_id: ROOT.parse().unwrap(),
+            name: "pricing.calculate".into(),
+            route: None,
+            start_unix_ns: 1_700_000_000_250_000_000,
+            end_unix_ns: None,
+        },
+    ];
+    p.stats.ticks = 1000;
+    p.stats.truncated_stacks = 12;
+    p.stats.dropped_spans = 3;
+    p.stats.agent_cpu_ns = 4_200_000;
+    p
+}
+
+/// Polls a future that never waits (the file store's futures complete on first poll).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}

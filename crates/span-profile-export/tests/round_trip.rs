@@ -1,0 +1,192 @@
+//! encode → decode gives back the original profile, gzip or not.
+
+mod common;
+
+use std::sync::Arc;
+
+use span_profile_core::{
+    Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
+};
+use span_profile_export::{decode_pprof, encode_pprof, encode_pprof_raw, TRUNCATED_FRAME};
+
+fn assert_round_trips(p: &Profile) {
+    let gz = encode_pprof(p);
+    assert_eq!(&gz[..2], &[0x1f, 0x8b]);
+    assert_eq!(&decode_pprof(&gz).unwrap(), p);
+    assert_eq!(&decode_pprof(&encode_pprof_raw(p)).unwrap(), p);
+}
+
+#[test]
+fn checkout_window_round_trips() {
+    assert_round_trips(&common::checkout_profile());
+}
+
+#[test]
+fn empty_window_round_trips() {
+    assert_round_trips(&Profile::empty(Resource::default(), 0, 0, 0));
+}
+
+#[test]
+fn stack_tables_the_samples_do_not_imply_round_trip() {
+    let mut p = common::checkout_profile();
+    // An unused stack, a duplicate, out-of-order use and an out-of-range frame index.
+    p.stacks.push(Stack {
+        frames: vec![0, 1],
+        truncated: false,
+    });
+    p.stacks.push(p.stacks[0].clone());
+    p.stacks.push(Stack {
+        frames: vec![0, 999],
+        truncated: true,
+    });
+    p.samples.swap(0, 2);
+    p.samples.push(common::sample(6, None, "x", 1, 1));
+    p.samples.push(common::sample(5, None, "x", 1, 1));
+    assert_round_trips(&p);
+}
+
+#[test]
+fn a_real_frame_named_truncated_is_not_taken_for_the_marker() {
+    let mut p = common::checkout_profile();
+    p.frames.push(Frame::new(TRUNCATED_FRAME, "", 0));
+    p.stacks.push(Stack {
+        frames: vec![8],
+        truncated: false,
+    });
+    p.samples.push(common::sample(4, None, "background", 1, 0));
+    assert_round_trips(&p);
+}
+
+/// xorshift64*: deterministic, so a failure reproduces.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+    fn number(&mut self) -> u64 {
+        match self.below(4) {
+            0 => 0,
+            1 => u64::MAX - self.below(3),
+            _ => self.below(1 << 40),
+        }
+    }
+}
+
+const ODD: &[&str] = &[
+    "",
+    "main",
+    "Pricing.calculate",
+    "ünïcødé 名前 🦀",
+    "with\nnewline\tand\u{0}nul",
+    "=;,{}\"quoted\"\\",
+    "[truncated]",
+    "span-profile.meta={\"v\":99}",
+    "/orders/{id}",
+    "background",
+    "_other",
+];
+
+fn random_profile(rng: &mut Rng) -> Profile {
+    let resource = Resource {
+        service: rng.pick(ODD).to_string(),
+        version: (rng.below(2) == 0).then(|| rng.pick(ODD).to_string()),
+        environment: (rng.below(2) == 0).then(|| rng.pick(ODD).to_string()),
+        instance: (rng.below(2) == 0).then(|| rng.pick(ODD).to_string()),
+        attributes: (0..rng.below(3))
+            .map(|_| (rng.pick(ODD).to_string(), rng.pick(ODD).to_string()))
+            .collect(),
+    };
+    let mut p = Profile::empty(resource, rng.number(), rng.number(), rng.number());
+    let n_frames = rng.below(12);
+    p.frames = (0..n_frames)
+        .map(|_| {
+            let line = match rng.below(3) {
+                0 => 0,
+                1 => u32::MAX,
+                _ => rng.below(5000) as u32,
+            };
+            Frame::new(rng.pick(ODD), rng.pick(ODD), line)
+        })
+        .collect();
+    p.stacks = (0..rng.below(8))
+        .map(|_| Stack {
+            // Mostly valid frame indices, sometimes one past the table.
+            frames: (0..rng.below(6))
+                .map(|_| rng.below(n_frames + 1) as u32)
+                .collect(),
+            truncated: rng.below(3) == 0,
+        })
+        .collect();
+    let spans: Vec<SpanContext> = (0..1 + rng.below(3))
+        .map(|_| SpanContext {
+            trace_id: TraceId::from_u128(u128::from(rng.next()) << 64 | 1).unwrap(),
+            span_id: SpanId::from_u64(rng.next() | 1).unwrap(),
+            local_root_span_id: SpanId::from_u64(rng.next() | 1).unwrap(),
+        })
+        .collect();
+    let n_stacks = p.stacks.len() as u64;
+    p.samples = (0..rng.below(10))
+        .map(|_| ProfileSample {
+            stack: rng.below(n_stacks.max(1)) as u32,
+            span: (rng.below(2) == 0).then(|| spans[rng.below(spans.len() as u64) as usize]),
+            route: Arc::from(rng.pick(ODD)),
+            thread_name: Arc::from(rng.pick(ODD)),
+            task_name: (rng.below(2) == 0).then(|| Arc::from(rng.pick(ODD))),
+            cpu_samples: rng.number(),
+            wall_samples: rng.number(),
+            cpu_ns: rng.number(),
+            wall_ns: rng.number(),
+        })
+        .collect();
+    p.spans = spans
+        .iter()
+        .map(|c| SpanRecord {
+            trace_id: c.trace_id,
+            span_id: c.span_id,
+            parent_span_id: (rng.below(2) == 0).then_some(c.local_root_span_id),
+            local_root_span_id: c.local_root_span_id,
+            name: rng.pick(ODD).to_string(),
+            route: (rng.below(2) == 0).then(|| rng.pick(ODD).to_string()),
+            start_unix_ns: rng.number(),
+            end_unix_ns: (rng.below(2) == 0).then(|| rng.number()),
+        })
+        .collect();
+    p.stats.ticks = rng.number();
+    p.stats.dropped_windows = rng.number();
+    p.stats.effective_rate_millihz = rng.number();
+    p
+}
+
+#[test]
+fn random_profiles_round_trip() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for i in 0..500 {
+        let p = random_profile(&mut rng);
+        let back = decode_pprof(&encode_pprof(&p)).unwrap_or_else(|e| panic!("case {i}: {e}"));
+        assert_eq!(back, p, "case {i}");
+    }
+}
+
+#[test]
+fn aggregator_shaped_windows_carry_no_stack_table_in_the_meta() {
+    use prost::Message;
+    let p = common::checkout_profile();
+    let msg = span_profile_export::pprof::Profile::decode(encode_pprof_raw(&p).as_slice()).unwrap();
+    let meta = &msg.string_table[msg.comment[0] as usize];
+    assert!(meta.starts_with("span-profile.meta={"), "{meta}");
+    assert!(!meta.contains("sample_stacks"), "{meta}");
+    assert!(meta.contains("pricing.calculate"));
+}
