@@ -46,3 +46,9 @@ pub use registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
 pub use runtime::{thread_cpu_ns, Profiler, ProfilerBuilder, ProfilerStats, StartError};
 pub use spans::{SpanStart, SpanTable, SpanTableLimits, WindowSpans};
 pub use walker::{RawSample, StackSink, StackWalker, WalkError};
+
+/// Internals exposed for fuzz targets, benches and allocation tests. Not a stable API.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::runtime::SamplerHarness;
+}

@@ -1,1 +1,450 @@
-//! Queries over profiles (being written).
+//! Questions asked of stored windows: a span's samples and top frames, the same for a trace,
+//! a route or a service, the routes that produce a frame, and deploy-to-deploy diffs.
+//!
+//! Everything here works on a slice of [`Profile`]s, however they were loaded.
+//!
+//! ```
+//! use span_profile_core::query::{report, Filter};
+//! # let profiles: Vec<span_profile_core::Profile> = vec![];
+//! let r = report(&profiles, &Filter::default().route("/checkout"));
+//! for f in r.top(10) {
+//!     println!("{:>6} {}", f.total_samples, f.function);
+//! }
+//! ```
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::{Profile, ProfileSample, SpanId, SpanRecord, TraceId};
+
+/// Which samples to select. Set fields combine with AND.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Filter {
+    /// Samples of this span (and, with `with_children`, of every span below it).
+    pub span_id: Option<SpanId>,
+    /// Include descendants of `span_id`.
+    pub with_children: bool,
+    /// Samples of this trace.
+    pub trace_id: Option<TraceId>,
+    /// Samples with this route label.
+    pub route: Option<String>,
+    /// Windows of this service.
+    pub service: Option<String>,
+    /// Windows whose resource has `service.version` equal to this.
+    pub version: Option<String>,
+    /// Windows that end after this time (Unix ns).
+    pub since_unix_ns: Option<u64>,
+    /// Windows that start before this time (Unix ns).
+    pub until_unix_ns: Option<u64>,
+}
+
+impl Filter {
+    /// Selects one span's samples.
+    pub fn span(mut self, id: SpanId, with_children: bool) -> Self {
+        self.span_id = Some(id);
+        self.with_children = with_children;
+        self
+    }
+    /// Selects one trace's samples.
+    pub fn trace(mut self, id: TraceId) -> Self {
+        self.trace_id = Some(id);
+        self
+    }
+    /// Selects one route's samples.
+    pub fn route(mut self, route: impl Into<String>) -> Self {
+        self.route = Some(route.into());
+        self
+    }
+    /// Selects one service's windows.
+    pub fn service(mut self, service: impl Into<String>) -> Self {
+        self.service = Some(service.into());
+        self
+    }
+    /// Selects one version's windows.
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+    /// Selects windows overlapping `[since, until)`.
+    pub fn between(mut self, since_unix_ns: Option<u64>, until_unix_ns: Option<u64>) -> Self {
+        self.since_unix_ns = since_unix_ns;
+        self.until_unix_ns = until_unix_ns;
+        self
+    }
+
+    /// Whether a window's resource and time range can contain selected samples.
+    pub fn matches_window(&self, p: &Profile) -> bool {
+        self.service
+            .as_ref()
+            .is_none_or(|s| &p.resource.service == s)
+            && self
+                .version
+                .as_ref()
+                .is_none_or(|v| p.resource.version.as_ref() == Some(v))
+            && self
+                .since_unix_ns
+                .is_none_or(|t| p.start_unix_ns + p.duration_ns > t)
+            && self.until_unix_ns.is_none_or(|t| p.start_unix_ns < t)
+    }
+}
+
+/// Every span recorded in `profiles`, one record per span id (an ended record wins over an
+/// open one).
+pub fn span_index(profiles: &[Profile]) -> HashMap<SpanId, SpanRecord> {
+    let mut out: HashMap<SpanId, SpanRecord> = HashMap::new();
+    for s in profiles.iter().flat_map(|p| &p.spans) {
+        match out.get(&s.span_id) {
+            Some(existing) if existing.end_unix_ns.is_some() => {}
+            _ => {
+                out.insert(s.span_id, s.clone());
+            }
+        }
+    }
+    out
+}
+
+/// `root` and every span below it in the span table.
+pub fn descendants(spans: &HashMap<SpanId, SpanRecord>, root: SpanId) -> HashSet<SpanId> {
+    let mut children: HashMap<SpanId, Vec<SpanId>> = HashMap::new();
+    for s in spans.values() {
+        if let Some(p) = s.parent_span_id {
+            children.entry(p).or_default().push(s.span_id);
+        }
+    }
+    let mut out = HashSet::from([root]);
+    let mut todo = vec![root];
+    while let Some(s) = todo.pop() {
+        for &c in children.get(&s).map(Vec::as_slice).unwrap_or(&[]) {
+            if out.insert(c) {
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// A frame's cost in a selection, by function and file (lines merged).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FrameCost {
+    /// Function name.
+    pub function: String,
+    /// File.
+    pub file: String,
+    /// Samples where it is the leaf.
+    pub self_samples: u64,
+    /// Samples where it is anywhere on the stack (counted once per sample).
+    pub total_samples: u64,
+}
+
+/// Whether a span got the samples its duration predicts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Coverage {
+    /// `duration / period`.
+    pub expected_samples: f64,
+    /// Samples found for the span and its children.
+    pub actual_samples: u64,
+    /// `actual / expected`.
+    pub ratio: f64,
+}
+
+impl Coverage {
+    /// Within ±20% of the prediction (sampling jitter and window edges stay inside that).
+    pub fn is_ok(&self) -> bool {
+        (0.8..=1.2).contains(&self.ratio)
+    }
+}
+
+/// The answer to a [`report`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// The span asked for, when the filter names one that the span table knows.
+    pub span: Option<SpanRecord>,
+    /// Wall samples selected.
+    pub samples: u64,
+    /// CPU samples selected.
+    pub cpu_samples: u64,
+    /// Wall samples in the windows considered, selected or not.
+    pub window_samples: u64,
+    /// CPU samples in the windows considered.
+    pub window_cpu_samples: u64,
+    /// Every frame of the selection, by total samples, then self samples.
+    pub frames: Vec<FrameCost>,
+    /// For a span with a known duration: samples against the duration.
+    pub coverage: Option<Coverage>,
+    /// Windows that contributed.
+    pub windows: usize,
+}
+
+impl Report {
+    /// The `n` costliest frames.
+    pub fn top(&self, n: usize) -> &[FrameCost] {
+        &self.frames[..n.min(self.frames.len())]
+    }
+}
+
+/// Applies `filter` sample by sample, calling `f` for each selected sample of each window.
+pub fn for_each_sample<'a>(
+    profiles: &'a [Profile],
+    filter: &Filter,
+    mut f: impl FnMut(&'a Profile, &'a ProfileSample),
+) {
+    let spans = match filter.span_id {
+        Some(id) if filter.with_children => Some(descendants(&span_index(profiles), id)),
+        Some(id) => Some(HashSet::from([id])),
+        None => None,
+    };
+    for p in profiles.iter().filter(|p| filter.matches_window(p)) {
+        for s in &p.samples {
+            let span_ok = spans
+                .as_ref()
+                .is_none_or(|set| s.span.is_some_and(|c| set.contains(&c.span_id)));
+            let trace_ok = filter
+                .trace_id
+                .is_none_or(|t| s.span.is_some_and(|c| c.trace_id == t));
+            let route_ok = filter.route.as_ref().is_none_or(|r| &*s.route == r);
+            if span_ok && trace_ok && route_ok {
+                f(p, s);
+            }
+        }
+    }
+}
+
+/// Samples, top frames and coverage of the selected samples.
+pub fn report(profiles: &[Profile], filter: &Filter) -> Report {
+    let mut r = Report::default();
+    let mut costs: HashMap<(&str, &str), (u64, u64)> = HashMap::new();
+    let mut seen: HashSet<(&str, &str)> = HashSet::new();
+    for_each_sample(profiles, filter, |p, s| {
+        r.samples += s.wall_samples;
+        r.cpu_samples += s.cpu_samples;
+        seen.clear();
+        for (depth, fr) in p.stack_frames(s.stack).enumerate() {
+            let key = (fr.function.as_str(), fr.file.as_str());
+            let e = costs.entry(key).or_default();
+            if depth == 0 {
+                e.0 += s.wall_samples;
+            }
+            if seen.insert(key) {
+                e.1 += s.wall_samples;
+            }
+        }
+    });
+    for p in profiles.iter().filter(|p| filter.matches_window(p)) {
+        r.windows += 1;
+        r.window_samples += p.total_wall_samples();
+        r.window_cpu_samples += p.total_cpu_samples();
+    }
+    let mut frames: Vec<FrameCost> = costs
+        .into_iter()
+        .map(
+            |((function, file), (self_samples, total_samples))| FrameCost {
+                function: function.to_string(),
+                file: file.to_string(),
+                self_samples,
+                total_samples,
+            },
+        )
+        .collect();
+    frames.sort_by(|a, b| {
+        (b.total_samples, b.self_samples, &a.function).cmp(&(
+            a.total_samples,
+            a.self_samples,
+            &b.function,
+        ))
+    });
+    r.frames = frames;
+    if let Some(id) = filter.span_id {
+        let index = span_index(profiles);
+        r.span = index.get(&id).cloned();
+        let period = profiles.iter().map(|p| p.period_ns).find(|&p| p > 0);
+        if let (Some(span), Some(period)) = (&r.span, period) {
+            if let Some(d) = span.duration_ns() {
+                // Coverage counts the span with its children: a child's samples are inside
+                // the parent's duration.
+                let all = descendants(&index, id);
+                let mut actual = 0;
+                for_each_sample(profiles, &Filter::default(), |_, s| {
+                    if s.span.is_some_and(|c| all.contains(&c.span_id)) {
+                        actual += s.wall_samples;
+                    }
+                });
+                let expected = d as f64 / period as f64;
+                r.coverage = Some(Coverage {
+                    expected_samples: expected,
+                    actual_samples: actual,
+                    ratio: if expected > 0.0 {
+                        actual as f64 / expected
+                    } else {
+                        0.0
+                    },
+                });
+            }
+        }
+    }
+    r
+}
+
+/// A span with the samples taken while it was the innermost current span.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpanSummary {
+    /// The span.
+    pub span: SpanRecord,
+    /// Wall samples with this exact span id.
+    pub samples: u64,
+}
+
+/// Ended spans of the selected windows, slowest first, with their own sample counts.
+pub fn spans(profiles: &[Profile], filter: &Filter) -> Vec<SpanSummary> {
+    let selected: Vec<&Profile> = profiles
+        .iter()
+        .filter(|p| filter.matches_window(p))
+        .collect();
+    let mut counts: HashMap<SpanId, u64> = HashMap::new();
+    for p in &selected {
+        for s in &p.samples {
+            if let Some(c) = s.span {
+                *counts.entry(c.span_id).or_default() += s.wall_samples;
+            }
+        }
+    }
+    let mut out: Vec<SpanSummary> = span_index(profiles)
+        .into_values()
+        .filter(|s| s.end_unix_ns.is_some())
+        .filter(|s| filter.trace_id.is_none_or(|t| s.trace_id == t))
+        .map(|span| SpanSummary {
+            samples: counts.get(&span.span_id).copied().unwrap_or(0),
+            span,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.span
+            .duration_ns()
+            .cmp(&a.span.duration_ns())
+            .then(a.span.span_id.cmp(&b.span.span_id))
+    });
+    out
+}
+
+/// The slowest ended span with this name, if any.
+pub fn slowest_span(profiles: &[Profile], name: &str) -> Option<SpanRecord> {
+    spans(profiles, &Filter::default())
+        .into_iter()
+        .find(|s| s.span.name == name)
+        .map(|s| s.span)
+}
+
+/// One route's share of a frame's cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RouteShare {
+    /// The route label.
+    pub route: String,
+    /// CPU samples of the frame under this route.
+    pub cpu_samples: u64,
+    /// Share of the frame's CPU samples (0..=1).
+    pub share_of_frame: f64,
+    /// Share of all CPU samples of the selection (0..=1).
+    pub share_of_total: f64,
+}
+
+/// The reverse query: which routes produce `function`'s CPU samples. Returns the frame's share
+/// of all CPU samples and the per-route breakdown, largest first.
+pub fn routes_for_frame(
+    profiles: &[Profile],
+    filter: &Filter,
+    function: &str,
+) -> (f64, Vec<RouteShare>) {
+    let mut total = 0u64;
+    let mut per_route: HashMap<&str, u64> = HashMap::new();
+    for_each_sample(profiles, filter, |p, s| {
+        total += s.cpu_samples;
+        if s.cpu_samples > 0 && p.stack_frames(s.stack).any(|f| f.function == function) {
+            *per_route.entry(&s.route).or_default() += s.cpu_samples;
+        }
+    });
+    let frame_total: u64 = per_route.values().sum();
+    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    let mut out: Vec<RouteShare> = per_route
+        .into_iter()
+        .map(|(route, n)| RouteShare {
+            route: route.to_string(),
+            cpu_samples: n,
+            share_of_frame: ratio(n, frame_total),
+            share_of_total: ratio(n, total),
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.cpu_samples
+            .cmp(&a.cpu_samples)
+            .then(a.route.cmp(&b.route))
+    });
+    (ratio(frame_total, total), out)
+}
+
+/// A frame whose share of CPU changed between two selections.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FrameChange {
+    /// Function name.
+    pub function: String,
+    /// Share of all CPU samples (inclusive) in the old selection.
+    pub old_share: f64,
+    /// Share in the new selection.
+    pub new_share: f64,
+}
+
+impl FrameChange {
+    /// `new_share - old_share`.
+    pub fn growth(&self) -> f64 {
+        self.new_share - self.old_share
+    }
+}
+
+fn cpu_shares(profiles: &[Profile], filter: &Filter) -> HashMap<String, f64> {
+    let mut total = 0u64;
+    let mut per: HashMap<&str, u64> = HashMap::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    for_each_sample(profiles, filter, |p, s| {
+        total += s.cpu_samples;
+        seen.clear();
+        for f in p.stack_frames(s.stack) {
+            if seen.insert(&f.function) {
+                *per.entry(&f.function).or_default() += s.cpu_samples;
+            }
+        }
+    });
+    per.into_iter()
+        .map(|(f, n)| {
+            (
+                f.to_string(),
+                if total == 0 {
+                    0.0
+                } else {
+                    n as f64 / total as f64
+                },
+            )
+        })
+        .collect()
+}
+
+/// Frames whose inclusive share of CPU grew by more than `threshold` (e.g. 0.02 = two points)
+/// from `old` to `new`, largest growth first.
+pub fn diff(profiles: &[Profile], old: &Filter, new: &Filter, threshold: f64) -> Vec<FrameChange> {
+    let a = cpu_shares(profiles, old);
+    let b = cpu_shares(profiles, new);
+    let mut out: Vec<FrameChange> = b
+        .iter()
+        .map(|(f, &n)| FrameChange {
+            function: f.clone(),
+            old_share: a.get(f).copied().unwrap_or(0.0),
+            new_share: n,
+        })
+        .filter(|c| c.growth() > threshold)
+        .collect();
+    out.sort_by(|x, y| {
+        y.growth()
+            .total_cmp(&x.growth())
+            .then(x.function.cmp(&y.function))
+    });
+    out
+}

@@ -700,3 +700,62 @@ pub fn thread_cpu_ns() -> u64 {
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
+
+/// Drives the sampler's per-tick path on the calling thread, for allocation tests, fuzzing
+/// and benches. Not a stable API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct SamplerHarness {
+    sampler: Sampler,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SamplerHarness {
+    /// A sampler over `walker`, stamping from `registry` and `spans`, at `rate_hz`.
+    pub fn new(
+        walker: impl StackWalker,
+        registry: Arc<ActiveSpanRegistry>,
+        spans: Arc<SpanTable>,
+        rate_hz: u32,
+    ) -> Self {
+        let (win_tx, win_rx) = bounded(1);
+        let (_ctl_tx, ctl_rx) = bounded(1);
+        let interval = Duration::from_nanos(1_000_000_000 / u64::from(rate_hz.max(1)));
+        Self {
+            sampler: Sampler {
+                walker: Box::new(walker),
+                registry,
+                spans,
+                agg: WindowAggregator::new(AggregatorLimits::default()),
+                resource: Resource::default(),
+                interval,
+                window: Duration::from_secs(60),
+                counters: Arc::new(Counters::default()),
+                win_tx,
+                win_rx,
+                ctl_rx,
+                pending_dropped_windows: 0,
+                tick_interval_ns: interval.as_nanos() as u64,
+                tick_samples: 0,
+            },
+        }
+    }
+
+    /// One tick: walk, stamp each stack with its span, aggregate.
+    pub fn tick(&mut self) {
+        self.sampler.tick();
+    }
+
+    /// Closes the window and returns it.
+    pub fn close_window(&mut self) -> Option<Arc<Profile>> {
+        self.sampler.close_window(0, 1_000_000_000, 0, 1);
+        self.sampler.win_rx.try_recv().ok()
+    }
+}
