@@ -28,6 +28,9 @@ mod fxhash;
 mod id;
 mod key;
 pub mod labels;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel;
 mod profile;
 pub mod query;
 mod registry;

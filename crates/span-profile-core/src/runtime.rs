@@ -441,12 +441,8 @@ impl Sampler {
         let mut next = Instant::now() + self.interval;
         let mut last_tick = Instant::now();
         let mut ticks_in_window = 0u64;
-        loop {
-            match self.ctl_rx.recv_deadline(next) {
-                Err(RecvTimeoutError::Timeout) => {}
-                // Shutdown, or the Profiler handle is gone.
-                Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-            }
+        // Anything but a timeout (shutdown, or the Profiler handle is gone) ends the loop.
+        while let Err(RecvTimeoutError::Timeout) = self.ctl_rx.recv_deadline(next) {
             let now = Instant::now();
             let elapsed = now.duration_since(last_tick);
             last_tick = now;
@@ -528,11 +524,10 @@ impl Sampler {
         profile.stats.agent_cpu_ns = sampler_cpu_ns + exporter_cpu;
         profile.stats.dropped_windows = std::mem::take(&mut self.pending_dropped_windows);
         profile.stats.export_errors = 0;
-        profile.stats.effective_rate_millihz = if duration_ns > 0 {
-            ticks.saturating_mul(1_000_000_000_000) / duration_ns
-        } else {
-            0
-        };
+        profile.stats.effective_rate_millihz = ticks
+            .saturating_mul(1_000_000_000_000)
+            .checked_div(duration_ns)
+            .unwrap_or(0);
         self.counters
             .dropped_samples
             .fetch_add(profile.stats.dropped_samples, Ordering::Relaxed);

@@ -179,6 +179,20 @@ impl SpanTable {
         }
     }
 
+    /// The registry entry of an open span started through [`SpanTable::start`].
+    pub fn active(&self, span_id: SpanId) -> Option<ActiveSpan> {
+        let inner = self.lock();
+        let o = inner.open.get(&span_id)?;
+        Some(ActiveSpan {
+            ctx: SpanContext {
+                trace_id: o.record.trace_id,
+                span_id,
+                local_root_span_id: o.record.local_root_span_id,
+            },
+            route: o.route,
+        })
+    }
+
     /// Interns a route value (capped; overflow becomes `_other` and is counted).
     pub fn intern_route(&self, route: &str) -> LabelId {
         self.lock().routes.intern(route)

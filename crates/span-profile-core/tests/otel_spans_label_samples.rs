@@ -1,0 +1,98 @@
+//! A Rust service using opentelemetry_sdk gets span-labelled samples with no code per span:
+//! the processor records span metadata and the context observer publishes the current span.
+
+use std::time::Duration;
+
+use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use span_profile_core::{otel, ExecutionKey, Profiler};
+use span_profile_test::{FakeWalker, InMemoryExporter};
+
+#[test]
+fn nested_spans_route_local_root_and_profile_id_attribute() {
+    let key = ExecutionKey::thread(otel::thread_key());
+    let exporter = InMemoryExporter::default();
+    let profiler = Profiler::builder()
+        .with_sample_rate_hz(500)
+        // The fake walker samples this very thread's key, so samples show what the registry
+        // published for it.
+        .with_walker(FakeWalker::threads(1, 2).with_keys(vec![key]))
+        .with_exporter(exporter.clone())
+        .start()
+        .unwrap();
+    let spans_out = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(otel::install(&profiler))
+        .with_simple_exporter(spans_out.clone())
+        .build();
+    let tracer = provider.tracer("checkout");
+
+    let mut ids = None;
+    let root_span = tracer
+        .span_builder("POST /checkout")
+        .with_kind(SpanKind::Server)
+        .with_attributes([KeyValue::new("http.route", "/checkout")])
+        .start(&tracer);
+    {
+        let cx = opentelemetry::Context::current_with_span(root_span);
+        let _attached = cx.clone().attach();
+        let root = cx.span().span_context().span_id();
+        tracer.in_span("pricing.calculate", |cx| {
+            let child = cx.span().span_context().span_id();
+            let a = profiler
+                .registry()
+                .current(key)
+                .expect("the child is current");
+            assert_eq!(a.ctx.span_id.to_bytes(), child.to_bytes());
+            assert_eq!(a.ctx.local_root_span_id.to_bytes(), root.to_bytes());
+            ids = Some((root, child));
+            std::thread::sleep(Duration::from_millis(100));
+        });
+        let a = profiler
+            .registry()
+            .current(key)
+            .expect("the root is current again");
+        assert_eq!(a.ctx.span_id.to_bytes(), root.to_bytes());
+        assert_eq!(&*profiler.span_table().route_name(a.route), "/checkout");
+        cx.span().end();
+    }
+    assert!(
+        profiler.registry().current(key).is_none(),
+        "no span once the root is done"
+    );
+    profiler
+        .shutdown_with_timeout(Duration::from_secs(5))
+        .unwrap();
+
+    let (_root, child) = ids.unwrap();
+    let child_hex = format!("{child}");
+    let windows = exporter.profiles();
+    let child_samples: u64 = windows
+        .iter()
+        .flat_map(|w| &w.samples)
+        .filter(|s| s.span.is_some_and(|c| c.span_id.to_string() == child_hex))
+        .map(|s| s.wall_samples)
+        .sum();
+    assert!(
+        child_samples >= 10,
+        "100 ms at 500 Hz gives ~50 samples, got {child_samples}"
+    );
+    let recorded: Vec<_> = windows.iter().flat_map(|w| &w.spans).collect();
+    assert!(recorded
+        .iter()
+        .any(|s| s.name == "pricing.calculate" && s.end_unix_ns.is_some()));
+    assert!(recorded
+        .iter()
+        .any(|s| s.route.as_deref() == Some("/checkout")));
+
+    let exported = spans_out.get_finished_spans().unwrap();
+    let child_span = exported
+        .iter()
+        .find(|s| s.name == "pricing.calculate")
+        .unwrap();
+    assert!(child_span
+        .attributes
+        .iter()
+        .any(|kv| kv.key.as_str() == otel::PROFILE_ID_ATTRIBUTE && kv.value.as_str() == child_hex));
+}
