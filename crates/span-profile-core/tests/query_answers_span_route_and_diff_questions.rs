@@ -1,0 +1,188 @@
+//! The query API over stored windows: a span's samples and top frames (with and without
+//! children), coverage, the reverse route query and the deploy diff.
+
+use std::sync::Arc;
+
+use span_profile_core::query::{self, Filter};
+use span_profile_core::{
+    Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
+};
+
+const PERIOD: u64 = 10_000_000; // 100 Hz
+
+fn sid(n: u64) -> SpanId {
+    SpanId::from_u64(n).unwrap()
+}
+
+/// One window of the checkout scenario: request span 1 (`/checkout`) with child 2
+/// (`pricing.calculate`, 720 ms) whose samples are mostly in `parse_date`, plus background.
+fn checkout_window(version: &str, parse_date_samples: u64) -> Profile {
+    let trace_id = TraceId::from_u128(0xfeed).unwrap();
+    let mut p = Profile::empty(
+        Resource {
+            service: "checkout".into(),
+            version: Some(version.into()),
+            ..Resource::default()
+        },
+        1_000_000_000,
+        60_000_000_000,
+        PERIOD,
+    );
+    p.frames = vec![
+        Frame::new("handle", "app.py", 10),
+        Frame::new("calculate", "pricing.py", 20),
+        Frame::new("parse_date", "pricing.py", 30),
+        Frame::new("apply_discount", "pricing.py", 40),
+        Frame::new("idle", "threading.py", 1),
+    ];
+    let stack = |f: &[u32]| Stack {
+        frames: f.to_vec(),
+        truncated: false,
+    };
+    p.stacks = vec![
+        stack(&[2, 1, 0]),
+        stack(&[3, 1, 0]),
+        stack(&[1, 0]),
+        stack(&[0]),
+        stack(&[4]),
+    ];
+    let ctx = |s| SpanContext {
+        trace_id,
+        span_id: sid(s),
+        local_root_span_id: sid(1),
+    };
+    let row = |stack, span: Option<SpanContext>, route: &str, n: u64| ProfileSample {
+        stack,
+        span,
+        route: Arc::from(route),
+        thread_name: Arc::from("worker"),
+        task_name: None,
+        cpu_samples: n,
+        wall_samples: n,
+        cpu_ns: n * PERIOD,
+        wall_ns: n * PERIOD,
+    };
+    p.samples = vec![
+        row(0, Some(ctx(2)), "/checkout", parse_date_samples),
+        row(1, Some(ctx(2)), "/checkout", 9),
+        row(2, Some(ctx(2)), "/checkout", 72 - 9 - parse_date_samples),
+        row(3, Some(ctx(1)), "/checkout", 8),
+        row(0, None, "background", 4),
+        row(4, None, "background", 100),
+    ];
+    let span = |id: u64, parent: Option<u64>, name: &str, start, end| SpanRecord {
+        trace_id,
+        span_id: sid(id),
+        parent_span_id: parent.map(sid),
+        local_root_span_id: sid(1),
+        name: name.into(),
+        route: (id == 1).then(|| "/checkout".to_string()),
+        start_unix_ns: start,
+        end_unix_ns: Some(end),
+    };
+    p.spans = vec![
+        span(1, None, "POST /checkout", 1_000_000_000, 1_800_000_000),
+        span(
+            2,
+            Some(1),
+            "pricing.calculate",
+            1_050_000_000,
+            1_770_000_000,
+        ),
+    ];
+    p
+}
+
+#[test]
+fn a_spans_report_has_its_duration_samples_and_top_frames() {
+    let profiles = vec![checkout_window("1.0", 56)];
+    let slowest = query::slowest_span(&profiles, "pricing.calculate").unwrap();
+    assert_eq!(slowest.duration_ns(), Some(720_000_000));
+    let r = query::report(&profiles, &Filter::default().span(slowest.span_id, false));
+    assert_eq!(r.samples, 72);
+    let top: Vec<_> = r
+        .top(4)
+        .iter()
+        .map(|f| (f.function.as_str(), f.total_samples, f.self_samples))
+        .collect();
+    // Ordered by total samples, ties by name: every sample is inside `handle` and `calculate`.
+    assert_eq!(
+        top,
+        [
+            ("calculate", 72, 7),
+            ("handle", 72, 0),
+            ("parse_date", 56, 56),
+            ("apply_discount", 9, 9)
+        ]
+    );
+    let c = r.coverage.unwrap();
+    assert_eq!(c.expected_samples, 72.0);
+    assert!(c.is_ok(), "{c:?}");
+}
+
+#[test]
+fn with_children_a_span_includes_its_descendants() {
+    let profiles = vec![checkout_window("1.0", 56)];
+    let alone = query::report(&profiles, &Filter::default().span(sid(1), false));
+    assert_eq!(alone.samples, 8);
+    let all = query::report(&profiles, &Filter::default().span(sid(1), true));
+    assert_eq!(all.samples, 80);
+    // 800 ms at 100 Hz predicts 80 samples.
+    assert!(all.coverage.unwrap().is_ok());
+}
+
+#[test]
+fn trace_route_and_service_selections() {
+    let profiles = vec![checkout_window("1.0", 56)];
+    let trace = query::report(
+        &profiles,
+        &Filter::default().trace(TraceId::from_u128(0xfeed).unwrap()),
+    );
+    assert_eq!(trace.samples, 80);
+    let bg = query::report(&profiles, &Filter::default().route("background"));
+    assert_eq!(bg.samples, 104);
+    let other = query::report(&profiles, &Filter::default().service("payments"));
+    assert_eq!((other.samples, other.windows), (0, 0));
+    let svc = query::report(&profiles, &Filter::default().service("checkout"));
+    assert_eq!(svc.samples, 184);
+}
+
+#[test]
+fn the_reverse_query_names_the_routes_behind_a_frame() {
+    let profiles = vec![checkout_window("1.0", 56)];
+    let (share, routes) = query::routes_for_frame(&profiles, &Filter::default(), "parse_date");
+    assert!((share - 60.0 / 184.0).abs() < 1e-9);
+    assert_eq!(routes[0].route, "/checkout");
+    assert!((routes[0].share_of_frame - 56.0 / 60.0).abs() < 1e-9);
+    assert_eq!(routes[1].route, "background");
+}
+
+#[test]
+fn the_diff_flags_frames_that_grew_past_the_threshold() {
+    let profiles = vec![checkout_window("1.0", 10), checkout_window("2.0", 56)];
+    let grew = query::diff(
+        &profiles,
+        &Filter::default().version("1.0"),
+        &Filter::default().version("2.0"),
+        0.02,
+    );
+    assert_eq!(grew.len(), 1, "{grew:?}");
+    assert_eq!(grew[0].function, "parse_date");
+    assert!(grew[0].new_share > grew[0].old_share + 0.2);
+    let none = query::diff(
+        &profiles,
+        &Filter::default().version("2.0"),
+        &Filter::default().version("2.0"),
+        0.02,
+    );
+    assert!(none.is_empty());
+}
+
+#[test]
+fn spans_are_listed_slowest_first_with_their_own_samples() {
+    let profiles = vec![checkout_window("1.0", 56)];
+    let list = query::spans(&profiles, &Filter::default());
+    assert_eq!(list[0].span.name, "POST /checkout");
+    assert_eq!(list[0].samples, 8);
+    assert_eq!(list[1].samples, 72);
+}
