@@ -1,0 +1,382 @@
+//! Reading interpreter memory: the [`MemoryReader`] trait, the `process_vm_readv` reader used in
+//! production, and a sparse fake used by tests.
+//!
+//! Every read copies into a caller-owned buffer; nothing here hands out references into foreign
+//! memory, so a torn or freed object can only produce wrong bytes (which the walker validates),
+//! never a fault in this process.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Why a read of interpreter memory failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The address range is not mapped (or only partly mapped) in the target.
+    Fault {
+        /// Start of the requested range.
+        addr: u64,
+        /// Length of the requested range.
+        len: usize,
+    },
+    /// The kernel refused the read (seccomp, ptrace scope, capabilities): `errno`.
+    Denied(i32),
+    /// The target process does not exist any more.
+    NoProcess,
+    /// A null pointer or a length beyond the reader's per-read cap.
+    Invalid,
+    /// Another OS error: `errno`.
+    Os(i32),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Fault { addr, len } => write!(f, "unmapped memory at {addr:#x} (+{len})"),
+            Self::Denied(e) => write!(
+                f,
+                "process_vm_readv denied (errno {e}); seccomp or permissions block it"
+            ),
+            Self::NoProcess => f.write_str("the target process does not exist"),
+            Self::Invalid => f.write_str("null address or oversized read"),
+            Self::Os(e) => write!(f, "process_vm_readv failed (errno {e})"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// The largest single read any reader accepts; the walker never needs more than this at once
+/// (line tables and strings are capped well below).
+pub const MAX_READ: usize = 1 << 20;
+
+/// Reads bytes of the interpreter's address space.
+///
+/// Implementations must be safe to call with any address: a bad address is an `Err`, never a
+/// fault in the calling process.
+pub trait MemoryReader {
+    /// Fills `buf` with the bytes at `addr..addr + buf.len()`, entirely or not at all (on `Err`
+    /// the contents of `buf` are unspecified).
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError>;
+
+    /// Two independent reads; readers that can batch them (one syscall) override this.
+    fn read_pair(
+        &self,
+        a: u64,
+        abuf: &mut [u8],
+        b: u64,
+        bbuf: &mut [u8],
+    ) -> (Result<(), ReadError>, Result<(), ReadError>) {
+        (self.read(a, abuf), self.read(b, bbuf))
+    }
+}
+
+impl<R: MemoryReader + ?Sized> MemoryReader for &R {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        (**self).read(addr, buf)
+    }
+    fn read_pair(
+        &self,
+        a: u64,
+        abuf: &mut [u8],
+        b: u64,
+        bbuf: &mut [u8],
+    ) -> (Result<(), ReadError>, Result<(), ReadError>) {
+        (**self).read_pair(a, abuf, b, bbuf)
+    }
+}
+
+/// Typed reads on top of any [`MemoryReader`] (little-endian x86_64 values).
+pub trait ReadExt: MemoryReader {
+    /// Reads a `u64`.
+    fn read_u64(&self, addr: u64) -> Result<u64, ReadError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    /// Reads a pointer; a null pointer is [`ReadError::Invalid`].
+    fn read_ptr(&self, addr: u64) -> Result<u64, ReadError> {
+        match self.read_u64(addr)? {
+            0 => Err(ReadError::Invalid),
+            p => Ok(p),
+        }
+    }
+    /// Reads an `i64`.
+    fn read_i64(&self, addr: u64) -> Result<i64, ReadError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(i64::from_le_bytes(b))
+    }
+    /// Reads an `i32`.
+    fn read_i32(&self, addr: u64) -> Result<i32, ReadError> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(i32::from_le_bytes(b))
+    }
+    /// Reads a `u8`.
+    fn read_u8(&self, addr: u64) -> Result<u8, ReadError> {
+        let mut b = [0u8; 1];
+        self.read(addr, &mut b)?;
+        Ok(b[0])
+    }
+}
+
+impl<R: MemoryReader + ?Sized> ReadExt for R {}
+
+/// Field accessors over a buffer that holds a copied struct. Out-of-range offsets read as 0,
+/// which every caller treats as "null / invalid", so a layout bug cannot panic.
+pub(crate) fn field_u64(buf: &[u8], off: usize) -> u64 {
+    buf.get(off..off + 8)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// See [`field_u64`].
+pub(crate) fn field_i64(buf: &[u8], off: usize) -> i64 {
+    field_u64(buf, off) as i64
+}
+
+/// See [`field_u64`].
+pub(crate) fn field_i32(buf: &[u8], off: usize) -> i32 {
+    buf.get(off..off + 4)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map_or(0, i32::from_le_bytes)
+}
+
+/// See [`field_u64`].
+pub(crate) fn field_u8(buf: &[u8], off: usize) -> u8 {
+    buf.get(off).copied().unwrap_or(0)
+}
+
+/// Reads another process's (or this process's own) memory with `process_vm_readv(2)`.
+///
+/// The kernel copies the bytes and reports unmapped ranges as `EFAULT`, so reading a freed or
+/// garbage address is safe. Blocked by some seccomp profiles (Docker's default allows it on
+/// recent kernels) and by ptrace restrictions for other processes; construction probes once and
+/// returns a clear error.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessVmReader {
+    pid: libc::pid_t,
+}
+
+impl ProcessVmReader {
+    /// A reader of the current process, probed by reading a local variable back.
+    pub fn new() -> Result<Self, ReadError> {
+        // SAFETY: (1) getpid has no preconditions and cannot fail.
+        let pid = unsafe { libc::getpid() };
+        let reader = Self { pid };
+        let probe: u64 = 0x5eed_cafe_f00d_d00d;
+        let addr = std::ptr::addr_of!(probe) as u64;
+        let got = reader.read_u64(addr)?;
+        if got != probe {
+            return Err(ReadError::Os(0));
+        }
+        Ok(reader)
+    }
+
+    /// A reader of process `pid` (tests, or an out-of-process agent), probed by reading address
+    /// 0: `EFAULT` means the call is allowed; `EPERM`/`ENOSYS` mean it is blocked.
+    pub fn for_pid(pid: u32) -> Result<Self, ReadError> {
+        let pid = libc::pid_t::try_from(pid).map_err(|_| ReadError::NoProcess)?;
+        let reader = Self { pid };
+        let mut b = [0u8; 8];
+        match reader.raw_read(8, &mut b) {
+            Ok(()) | Err(ReadError::Fault { .. }) => Ok(reader),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The process this reader reads.
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    fn errno_to_error(errno: i32, addr: u64, len: usize) -> ReadError {
+        match errno {
+            libc::EFAULT => ReadError::Fault { addr, len },
+            libc::EPERM | libc::EACCES | libc::ENOSYS => ReadError::Denied(errno),
+            libc::ESRCH => ReadError::NoProcess,
+            e => ReadError::Os(e),
+        }
+    }
+
+    fn raw_read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as usize as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: (1) `local` describes `buf`, which is valid for writes of `buf.len()` bytes
+        // and exclusively borrowed for the call. (2) The remote iovec is only an address for the
+        // kernel to copy from; an unmapped range is reported as EFAULT, not accessed by us.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            return Err(Self::errno_to_error(last_errno(), addr, buf.len()));
+        }
+        if n as usize != buf.len() {
+            return Err(ReadError::Fault {
+                addr,
+                len: buf.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+impl MemoryReader for ProcessVmReader {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        if addr == 0 || buf.len() > MAX_READ {
+            return Err(ReadError::Invalid);
+        }
+        self.raw_read(addr, buf)
+    }
+
+    fn read_pair(
+        &self,
+        a: u64,
+        abuf: &mut [u8],
+        b: u64,
+        bbuf: &mut [u8],
+    ) -> (Result<(), ReadError>, Result<(), ReadError>) {
+        if a == 0 || b == 0 || abuf.len() > MAX_READ || bbuf.len() > MAX_READ {
+            return (self.read(a, abuf), self.read(b, bbuf));
+        }
+        let (alen, blen) = (abuf.len(), bbuf.len());
+        let local = [
+            libc::iovec {
+                iov_base: abuf.as_mut_ptr().cast(),
+                iov_len: alen,
+            },
+            libc::iovec {
+                iov_base: bbuf.as_mut_ptr().cast(),
+                iov_len: blen,
+            },
+        ];
+        let remote = [
+            libc::iovec {
+                iov_base: a as usize as *mut libc::c_void,
+                iov_len: alen,
+            },
+            libc::iovec {
+                iov_base: b as usize as *mut libc::c_void,
+                iov_len: blen,
+            },
+        ];
+        // SAFETY: (1) Both local iovecs describe distinct, exclusively borrowed buffers valid
+        // for writes of their lengths. (2) Remote iovecs are addresses for the kernel to copy
+        // from; unmapped ranges come back as EFAULT or a short count.
+        let n =
+            unsafe { libc::process_vm_readv(self.pid, local.as_ptr(), 2, remote.as_ptr(), 2, 0) };
+        if n >= 0 && n as usize == alen + blen {
+            return (Ok(()), Ok(()));
+        }
+        // Partial transfers stop at an iovec boundary; redo the reads one by one so each gets
+        // its own precise result.
+        (self.raw_read(a, abuf), self.raw_read(b, bbuf))
+    }
+}
+
+/// A sparse, in-memory address space for tests and fuzzing: regions of bytes at addresses.
+/// A read succeeds only if it lies entirely inside one region.
+#[derive(Debug, Default, Clone)]
+pub struct FakeMemory {
+    regions: BTreeMap<u64, Vec<u8>>,
+}
+
+impl FakeMemory {
+    /// An empty address space (every read faults).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Maps `bytes` at `addr`, replacing any region that starts there.
+    pub fn insert(&mut self, addr: u64, bytes: Vec<u8>) {
+        self.regions.insert(addr, bytes);
+    }
+
+    /// Overwrites bytes inside an existing region; returns false if the range is not mapped.
+    pub fn write(&mut self, addr: u64, bytes: &[u8]) -> bool {
+        let Some((&start, region)) = self.regions.range_mut(..=addr).next_back() else {
+            return false;
+        };
+        let off = (addr - start) as usize;
+        match region.get_mut(off..off + bytes.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes a little-endian `u64` at `addr` (see [`FakeMemory::write`]).
+    pub fn write_u64(&mut self, addr: u64, v: u64) -> bool {
+        self.write(addr, &v.to_le_bytes())
+    }
+}
+
+impl MemoryReader for FakeMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        if addr == 0 || buf.len() > MAX_READ {
+            return Err(ReadError::Invalid);
+        }
+        let fault = ReadError::Fault {
+            addr,
+            len: buf.len(),
+        };
+        let (&start, region) = self.regions.range(..=addr).next_back().ok_or(fault)?;
+        let off = usize::try_from(addr - start).map_err(|_| fault)?;
+        let end = off.checked_add(buf.len()).ok_or(fault)?;
+        let src = region.get(off..end).ok_or(fault)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_reader_reads_own_memory() {
+        let r = ProcessVmReader::new().expect("process_vm_readv allowed in tests");
+        let v: [u64; 2] = [7, 9];
+        let a = v.as_ptr() as u64;
+        assert_eq!(r.read_u64(a).unwrap(), 7);
+        let (mut x, mut y) = ([0u8; 8], [0u8; 8]);
+        let (ra, rb) = r.read_pair(a + 8, &mut x, a, &mut y);
+        assert!(ra.is_ok() && rb.is_ok());
+        assert_eq!((u64::from_le_bytes(x), u64::from_le_bytes(y)), (9, 7));
+        assert!(matches!(r.read_u64(8), Err(ReadError::Fault { .. })));
+        assert_eq!(r.read_u64(0), Err(ReadError::Invalid));
+        let (ra, rb) = r.read_pair(16, &mut x, a, &mut y);
+        assert!(ra.is_err());
+        assert!(rb.is_ok());
+    }
+
+    #[test]
+    fn fake_memory_bounds() {
+        let mut m = FakeMemory::new();
+        m.insert(0x1000, vec![1, 2, 3, 4]);
+        let mut b = [0u8; 2];
+        assert!(m.read(0x1002, &mut b).is_ok());
+        assert_eq!(b, [3, 4]);
+        assert!(m.read(0x1003, &mut b).is_err());
+        assert!(m.read(0xfff, &mut b).is_err());
+        assert!(m.read(u64::MAX, &mut b).is_err());
+        assert!(m.write(0x1000, &[9]));
+        assert!(!m.write(0x1003, &[9, 9]));
+        assert_eq!(field_u64(&[1, 2], 0), 0);
+        assert_eq!(field_i32(&[1, 0, 0, 0], 0), 1);
+    }
+}

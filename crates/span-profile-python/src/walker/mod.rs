@@ -1,0 +1,55 @@
+//! The CPython stack walker: samples every Python thread's stack without the GIL by copying
+//! interpreter memory with `process_vm_readv` (as py-spy and echion do).
+//!
+//! - [`MemoryReader`]: how memory is read; [`ProcessVmReader`] in production, [`FakeMemory`] in
+//!   tests and fuzzing.
+//! - [`PythonWalker`]: implements [`span_profile_core::StackWalker`] for CPython 3.9–3.13 (GIL
+//!   builds, x86_64 Linux). Build it in-process with [`PythonWalker::for_current_process`], or
+//!   from a [`Target`] (the `_PyRuntime` address and type-object addresses) and any reader.
+//! - [`ThreadRegistry`]: thread names and native ids the Python side registers.
+//! - [`WalkerCounters`]: what was walked, skipped and rejected.
+//!
+//! # Sampling-path contract
+//!
+//! Per tick and thread the walker copies the thread state, then each frame together with the
+//! header of its code object in one batched read. A code object seen for the first time has
+//! its names and line table copied into the walker's cache (the only allocations; warm-up);
+//! afterwards a frame costs that one read plus a line-table lookup in local memory. Threads
+//! (256), frames (128), interpreters (16), string lengths (1024 characters) and line tables
+//! (256 KiB) are capped. Every failed read or failed validation becomes
+//! [`span_profile_core::WalkError::InvalidRead`] and a counter, never a panic.
+//!
+//! ```no_run
+//! use span_profile::walker::{PythonVersion, PythonWalker, WalkerConfig};
+//!
+//! // In the PyO3 module, with `sys.version_info[:2]`:
+//! let walker = PythonWalker::for_current_process(PythonVersion::new(3, 12), WalkerConfig::default())?;
+//! // Name threads from Python as they start (`threading.get_ident()`, `Thread.name`):
+//! walker.registry().set_thread_name(140_000_000_000, "worker-1");
+//! let counters = walker.counters().clone(); // read from any thread
+//! // ... hand `walker` to the core `Profiler` as its `StackWalker`.
+//! # let _ = counters;
+//! # Ok::<(), span_profile::walker::SetupError>(())
+//! ```
+
+mod code;
+mod layout;
+mod linetable;
+mod memory;
+mod objects;
+mod threads;
+mod walk;
+
+#[cfg(test)]
+mod tests;
+
+#[doc(hidden)]
+pub mod testing;
+
+pub use layout::{LayoutError, PythonVersion};
+pub use memory::{FakeMemory, MemoryReader, ProcessVmReader, ReadError, ReadExt, MAX_READ};
+pub use objects::TypeAddresses;
+pub use threads::{CpuTimeSource, ThreadRegistry, MAX_REGISTERED_THREADS, MAX_THREAD_NAME};
+pub use walk::{
+    find_runtime, PythonWalker, SetupError, Target, WalkerConfig, WalkerCounters, WalkerStats,
+};

@@ -1,0 +1,141 @@
+//! Copying `str` and `bytes` objects out of interpreter memory (on a code object's first sight
+//! only, so these may allocate).
+
+use super::layout::{
+    Layout, BYTES_SIZE, BYTES_SVAL, OB_TYPE, UNICODE_ASCII_BIT, UNICODE_COMPACT_BIT,
+    UNICODE_KIND_MASK, UNICODE_KIND_SHIFT,
+};
+use super::memory::{field_i64, field_u64, field_u8, MemoryReader, ReadError};
+
+/// A string length beyond this is garbage, not a name: the read is refused.
+pub(crate) const MAX_PLAUSIBLE_STR: i64 = 1 << 20;
+
+/// Why an object could not be copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ObjectError {
+    Read(ReadError),
+    /// `ob_type` is not the expected type.
+    WrongType,
+    /// A length or state field fails validation.
+    Invalid,
+}
+
+impl From<ReadError> for ObjectError {
+    fn from(e: ReadError) -> Self {
+        Self::Read(e)
+    }
+}
+
+/// Addresses of the type objects used to validate what the walker reads; 0 disables a check.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TypeAddresses {
+    /// `&PyCode_Type` (`id(types.CodeType)`).
+    pub code: u64,
+    /// `&PyUnicode_Type` (`id(str)`).
+    pub unicode: u64,
+    /// `&PyBytes_Type` (`id(bytes)`).
+    pub bytes: u64,
+    /// `&PyFrame_Type` (`id(types.FrameType)`), checked on 3.9/3.10 frames.
+    pub frame: u64,
+}
+
+pub(crate) fn type_matches(expected: u64, obj_header: &[u8]) -> bool {
+    expected == 0 || field_u64(obj_header, OB_TYPE) == expected
+}
+
+/// Copies the `str` at `addr`, keeping at most `max_chars` characters (longer strings are cut
+/// and end in `…`).
+pub(crate) fn read_str(
+    reader: &dyn MemoryReader,
+    layout: &Layout,
+    types: &TypeAddresses,
+    addr: u64,
+    max_chars: usize,
+) -> Result<String, ObjectError> {
+    // The fixed part every str has; compact non-ASCII and legacy strings have more after it,
+    // read only when needed (a small object may end right after it).
+    let mut head = [0u8; 64];
+    let head = head
+        .get_mut(..layout.unicode_ascii_size)
+        .ok_or(ObjectError::Invalid)?;
+    reader.read(addr, head)?;
+    if !type_matches(types.unicode, head) {
+        return Err(ObjectError::WrongType);
+    }
+    let length = field_i64(head, layout.unicode_length);
+    if !(0..=MAX_PLAUSIBLE_STR).contains(&length) {
+        return Err(ObjectError::Invalid);
+    }
+    let state = field_u8(head, layout.unicode_state);
+    if let Some(ready) = layout.unicode_ready_bit {
+        if state & ready == 0 {
+            return Err(ObjectError::Invalid);
+        }
+    }
+    let kind = (state >> UNICODE_KIND_SHIFT) & UNICODE_KIND_MASK;
+    let compact = state & UNICODE_COMPACT_BIT != 0;
+    let ascii = state & UNICODE_ASCII_BIT != 0;
+    if !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
+        return Err(ObjectError::Invalid);
+    }
+    let data = if compact && ascii {
+        addr + layout.unicode_ascii_size as u64
+    } else if compact {
+        addr + layout.unicode_compact_size as u64
+    } else {
+        let mut p = [0u8; 8];
+        reader.read(addr + layout.unicode_data as u64, &mut p)?;
+        match u64::from_le_bytes(p) {
+            0 => return Err(ObjectError::Invalid),
+            p => p,
+        }
+    };
+    let chars = (length as usize).min(max_chars);
+    let mut raw = vec![0u8; chars * usize::from(kind)];
+    reader.read(data, &mut raw)?;
+    let mut out = String::with_capacity(chars + 3);
+    match kind {
+        1 if ascii => {
+            if !raw.is_ascii() {
+                return Err(ObjectError::Invalid);
+            }
+            out.extend(raw.iter().map(|&b| char::from(b)));
+        }
+        1 => out.extend(raw.iter().map(|&b| char::from(b))),
+        2 => out.extend(
+            raw.chunks_exact(2)
+                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+                .map(|u| char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER)),
+        ),
+        _ => out.extend(
+            raw.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .map(|u| char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER)),
+        ),
+    }
+    if (length as usize) > chars {
+        out.push('…');
+    }
+    Ok(out)
+}
+
+/// Copies the contents of the `bytes` object at `addr`, refusing more than `max_len` bytes.
+pub(crate) fn read_bytes(
+    reader: &dyn MemoryReader,
+    types: &TypeAddresses,
+    addr: u64,
+    max_len: usize,
+) -> Result<Box<[u8]>, ObjectError> {
+    let mut head = [0u8; BYTES_SVAL];
+    reader.read(addr, &mut head)?;
+    if !type_matches(types.bytes, &head) {
+        return Err(ObjectError::WrongType);
+    }
+    let len = usize::try_from(field_i64(&head, BYTES_SIZE)).map_err(|_| ObjectError::Invalid)?;
+    if len > max_len {
+        return Err(ObjectError::Invalid);
+    }
+    let mut out = vec![0u8; len].into_boxed_slice();
+    reader.read(addr + BYTES_SVAL as u64, &mut out)?;
+    Ok(out)
+}

@@ -1,0 +1,372 @@
+//! Walker tests over fake memory images of every supported version.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use span_profile_core::{Frame, RawFrame, RawSample, StackSink, StackWalker, WalkError};
+
+use super::testing::{FakeFrame, ImageBuilder};
+use super::{CpuTimeSource, FakeMemory, PythonVersion, PythonWalker, SetupError, WalkerConfig};
+
+#[derive(Debug, Clone)]
+struct Owned {
+    thread: u64,
+    frames: Vec<RawFrame>,
+    truncated: bool,
+    name: String,
+}
+
+#[derive(Default)]
+struct Collect {
+    samples: Vec<Owned>,
+    errors: Vec<WalkError>,
+}
+
+impl StackSink for Collect {
+    fn sample(&mut self, s: &RawSample<'_>) {
+        self.samples.push(Owned {
+            thread: s.key.thread,
+            frames: s.frames.to_vec(),
+            truncated: s.truncated,
+            name: s.thread_name.to_owned(),
+        });
+    }
+    fn error(&mut self, e: WalkError) {
+        self.errors.push(e);
+    }
+}
+
+fn versions() -> impl Iterator<Item = PythonVersion> {
+    (9..=13).map(|m| PythonVersion::new(3, m))
+}
+
+fn config() -> WalkerConfig {
+    WalkerConfig::default().with_cpu_time(CpuTimeSource::Disabled)
+}
+
+fn walker(b: &ImageBuilder, cfg: WalkerConfig) -> PythonWalker<FakeMemory> {
+    PythonWalker::new(b.mem.clone(), b.target(), cfg).expect("walker over fake image")
+}
+
+fn walk_once(w: &mut PythonWalker<FakeMemory>) -> Collect {
+    let mut c = Collect::default();
+    w.walk(&mut c);
+    c
+}
+
+fn three() -> Vec<FakeFrame> {
+    vec![
+        FakeFrame::new("alpha", "/app/a.py", 10, 12),
+        FakeFrame::new("beta", "/app/b.py", 20, 25),
+        FakeFrame::new("gamma", "/app/ü.py", 30, 31),
+    ]
+}
+
+fn expected_name(v: PythonVersion, name: &str) -> String {
+    if v.minor >= 11 {
+        format!("Mod.{name}")
+    } else {
+        name.to_owned()
+    }
+}
+
+#[test]
+fn three_frame_stack_every_version() {
+    for v in versions() {
+        let mut b = ImageBuilder::new(v).unwrap();
+        let leaf = b.stack(&three());
+        b.thread(77, 1077, leaf);
+        let mut w = walker(&b, config());
+        w.registry().set_thread_name(77, "worker");
+        let c = walk_once(&mut w);
+        assert!(c.errors.is_empty(), "{v}: {:?}", c.errors);
+        assert_eq!(c.samples.len(), 1, "{v}");
+        let s = &c.samples[0];
+        assert_eq!(s.thread, 77);
+        assert_eq!(s.name, "worker");
+        assert!(!s.truncated);
+        let frames: Vec<Frame> = s.frames.iter().map(|&r| w.symbolize(r)).collect();
+        assert_eq!(
+            frames,
+            vec![
+                Frame::new(expected_name(v, "gamma"), "/app/ü.py", 31),
+                Frame::new(expected_name(v, "beta"), "/app/b.py", 25),
+                Frame::new(expected_name(v, "alpha"), "/app/a.py", 12),
+            ],
+            "{v}"
+        );
+        // The second tick hits the cache: no new code objects.
+        let misses = w.counters().snapshot().code_misses;
+        let c2 = walk_once(&mut w);
+        assert_eq!(c2.samples[0].frames, s.frames);
+        assert_eq!(w.counters().snapshot().code_misses, misses);
+        let stats = w.counters().snapshot();
+        assert_eq!(stats.samples, 2);
+        assert_eq!(stats.shim_frames, if v.minor >= 12 { 2 } else { 0 });
+    }
+}
+
+#[test]
+fn default_thread_name() {
+    let mut b = ImageBuilder::new(PythonVersion::new(3, 12)).unwrap();
+    let leaf = b.stack(&three());
+    b.thread(5, 0, leaf);
+    let mut w = walker(&b, config());
+    assert_eq!(walk_once(&mut w).samples[0].name, "Thread-5");
+}
+
+#[test]
+fn frame_cycles_are_invalid_reads() {
+    for v in versions() {
+        // Two-frame cycle: outer.previous = leaf.
+        let mut b = ImageBuilder::new(v).unwrap();
+        let frames = three();
+        let c1 = b.code(&frames[0]);
+        let outer = b.frame(c1, 0, 0);
+        let c2 = b.code(&frames[1]);
+        let leaf = b.frame(c2, outer, 0);
+        b.mem.write_u64(b.frame_previous_addr(outer), leaf);
+        b.thread(1, 0, leaf);
+        // Self-loop on a second thread.
+        let c3 = b.code(&frames[2]);
+        let selfloop = b.frame(c3, 0, 0);
+        b.mem.write_u64(b.frame_previous_addr(selfloop), selfloop);
+        b.thread(2, 0, selfloop);
+        let mut w = walker(&b, config());
+        let c = walk_once(&mut w);
+        assert!(c.samples.is_empty(), "{v}");
+        assert_eq!(c.errors, vec![WalkError::InvalidRead; 2], "{v}");
+        assert_eq!(w.counters().snapshot().cycles, 2);
+    }
+}
+
+#[test]
+fn deep_stack_is_truncated_at_the_cap() {
+    for v in versions() {
+        let mut b = ImageBuilder::new(v).unwrap();
+        let frames: Vec<FakeFrame> = (0..300)
+            .map(|i| FakeFrame::new(&format!("f{i}"), "/deep.py", i + 1, i + 2))
+            .collect();
+        let leaf = b.stack(&frames);
+        b.thread(1, 0, leaf);
+        let mut w = walker(&b, config().with_max_depth(128));
+        let c = walk_once(&mut w);
+        assert_eq!(c.samples.len(), 1);
+        let s = &c.samples[0];
+        assert!(s.truncated, "{v}");
+        assert_eq!(s.frames.len(), 128);
+        assert_eq!(w.symbolize(s.frames[0]).function, expected_name(v, "f299"));
+        assert_eq!(
+            w.symbolize(s.frames[127]).function,
+            expected_name(v, "f172")
+        );
+        assert_eq!(w.counters().snapshot().truncated, 1);
+    }
+}
+
+#[test]
+fn garbage_pointers_are_invalid_reads() {
+    for v in versions() {
+        let mut b = ImageBuilder::new(v).unwrap();
+        // Thread 1: the outer frame's `previous` points into unmapped memory.
+        let f = three();
+        let leaf1 = b.stack(&f[..2]);
+        b.mem
+            .write_u64(b.frame_previous_addr(leaf1), 0xdead_beef_0000);
+        b.thread(1, 0, leaf1);
+        // Thread 2: the code pointer is garbage.
+        let leaf2 = b.stack(&f[..1]);
+        b.mem.write_u64(b.frame_code_addr(leaf2), 0x4141_4141_4141);
+        b.thread(2, 0, leaf2);
+        // Thread 3: the code pointer points at a str (wrong type).
+        let leaf3 = b.stack(&f[..1]);
+        let s = b.str_obj(&"not code".repeat(40));
+        b.mem.write_u64(b.frame_code_addr(leaf3), s);
+        b.thread(3, 0, leaf3);
+        // Thread 4: fine, but its `next` is garbage.
+        let leaf4 = b.stack(&f);
+        let t4 = b.thread(4, 0, leaf4);
+        b.mem.write_u64(b.tstate_next_addr(t4), 0x7777_0000_0000);
+        let mut w = walker(&b, config());
+        let c = walk_once(&mut w);
+        let threads: Vec<u64> = c.samples.iter().map(|s| s.thread).collect();
+        // On 3.13 a non-code executable is skipped, not fatal: thread 3 has an empty stack.
+        assert_eq!(threads, vec![4], "{v}");
+        assert!(c.errors.iter().all(|e| *e == WalkError::InvalidRead));
+        let expected_errors = if v.minor >= 13 { 3 } else { 4 };
+        assert_eq!(c.errors.len(), expected_errors, "{v}: {:?}", c.errors);
+    }
+}
+
+#[test]
+fn huge_string_length_is_refused() {
+    for v in versions() {
+        let mut b = ImageBuilder::new(v).unwrap();
+        let f = FakeFrame::new("ok", "/f.py", 1, 1);
+        let code = b.code(&f);
+        let leaf = b.frame(code, 0, 0);
+        b.thread(1, 0, leaf);
+        // Point the name at a str with an absurd length.
+        let s = b.str_obj("x");
+        b.mem.write_u64(b.str_length_addr(s), 1 << 40);
+        b.mem.write_u64(b.code_name_addr(code), s);
+        let mut w = walker(&b, config());
+        let c = walk_once(&mut w);
+        assert!(c.samples.is_empty(), "{v}");
+        assert_eq!(c.errors, vec![WalkError::InvalidRead]);
+        // A long but plausible name is cut to the cap.
+        let long = b.str_obj(&"n".repeat(5000));
+        b.mem.write_u64(b.code_name_addr(code), long);
+        let mut w = walker(&b, config().with_max_string_chars(100));
+        let c = walk_once(&mut w);
+        let name = w.symbolize(c.samples[0].frames[0]).function;
+        assert_eq!(name.chars().count(), 101);
+        assert!(name.ends_with('…'));
+    }
+}
+
+#[test]
+fn reused_code_address_gets_a_new_id() {
+    let v = PythonVersion::new(3, 11);
+    let mut b = ImageBuilder::new(v).unwrap();
+    let code = b.code(&FakeFrame::new("old", "/f.py", 1, 1));
+    let leaf = b.frame(code, 0, 0);
+    b.thread(1, 0, leaf);
+    // The code object is freed and another one is allocated at the same address.
+    let new_name = b.str_obj("new");
+    let mut after = b.mem.clone();
+    after.write_u64(b.code_name_addr(code), new_name);
+    let switch = Arc::new(AtomicUsize::new(0));
+    let mem = SwapMemory {
+        images: [b.mem.clone(), after],
+        current: Arc::clone(&switch),
+    };
+    let mut w = PythonWalker::new(mem, b.target(), config()).unwrap();
+    let mut c = Collect::default();
+    w.walk(&mut c);
+    let first = c.samples[0].frames[0];
+    switch.store(1, Ordering::Relaxed);
+    let mut c = Collect::default();
+    w.walk(&mut c);
+    let second = c.samples[0].frames[0];
+    assert_ne!(second.id, first.id);
+    assert_eq!(w.symbolize(second).function, "new");
+    assert_eq!(w.symbolize(first).function, "Mod.old");
+    assert_eq!(w.counters().snapshot().code_replaced, 1);
+}
+
+/// Two images behind one reader, switched between ticks.
+struct SwapMemory {
+    images: [FakeMemory; 2],
+    current: Arc<AtomicUsize>,
+}
+
+impl super::MemoryReader for SwapMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), super::ReadError> {
+        let i = self.current.load(Ordering::Relaxed).min(1);
+        self.images[i].read(addr, buf)
+    }
+}
+
+#[test]
+fn thread_cap_reports_skipped() {
+    let mut b = ImageBuilder::new(PythonVersion::new(3, 12)).unwrap();
+    for t in 1..=5 {
+        let leaf = b.stack(&three());
+        b.thread(t, 0, leaf);
+    }
+    let mut w = walker(&b, config().with_max_threads(2));
+    let c = walk_once(&mut w);
+    assert_eq!(c.samples.len(), 2);
+    assert_eq!(c.errors, vec![WalkError::Skipped; 3]);
+    assert_eq!(w.counters().snapshot().skipped_threads, 3);
+}
+
+#[test]
+fn idle_threads_are_not_sampled() {
+    let mut b = ImageBuilder::new(PythonVersion::new(3, 10)).unwrap();
+    b.thread(1, 0, 0);
+    let mut w = walker(&b, config());
+    let c = walk_once(&mut w);
+    assert!(c.samples.is_empty() && c.errors.is_empty());
+    assert_eq!(w.counters().snapshot().idle_threads, 1);
+}
+
+#[test]
+fn full_code_cache_reports_unknown() {
+    let mut b = ImageBuilder::new(PythonVersion::new(3, 11)).unwrap();
+    let leaf = b.stack(&three());
+    b.thread(1, 0, leaf);
+    let mut w = walker(&b, config().with_code_cache_capacity(1));
+    let c = walk_once(&mut w);
+    let names: Vec<String> = c.samples[0]
+        .frames
+        .iter()
+        .map(|&r| w.symbolize(r).function)
+        .collect();
+    assert_eq!(names, vec!["Mod.gamma", "<unknown>", "<unknown>"]);
+    assert_eq!(w.counters().snapshot().code_cache_full, 2);
+}
+
+#[test]
+fn setup_errors() {
+    let b = ImageBuilder::new(PythonVersion::new(3, 13)).unwrap();
+    let mut t = b.target();
+    t.version = PythonVersion::new(3, 14);
+    assert!(matches!(
+        PythonWalker::new(b.mem.clone(), t, config()),
+        Err(SetupError::Layout(_))
+    ));
+    let mut t = b.target();
+    t.runtime = 0x9999_0000;
+    assert!(PythonWalker::new(b.mem.clone(), t, config()).is_err());
+    // 3.12 image but the caller claims 3.13: the debug cookie is missing.
+    let b12 = ImageBuilder::new(PythonVersion::new(3, 12)).unwrap();
+    let mut t = b12.target();
+    t.version = PythonVersion::new(3, 13);
+    assert!(PythonWalker::new(b12.mem.clone(), t, config()).is_err());
+}
+
+/// Random corruption of a valid image: any outcome but a panic or an unbounded walk.
+#[test]
+fn random_corruption_never_panics() {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for v in versions() {
+        let mut b = ImageBuilder::new(v).unwrap();
+        let leaf = b.stack(&three());
+        b.thread(1, 0, leaf);
+        let leaf = b.stack(&three());
+        b.thread(2, 0, leaf);
+        let lo = 0x10_0000u64;
+        let hi = lo + 0x4000 + 7400;
+        for _ in 0..400 {
+            let mut mem = b.mem.clone();
+            for _ in 0..8 {
+                let addr = lo + rnd() % (hi - lo);
+                let val = match rnd() % 4 {
+                    0 => rnd(),
+                    1 => lo + rnd() % (hi - lo),
+                    2 => 0,
+                    _ => rnd() % 256,
+                };
+                mem.write_u64(addr & !7, val);
+            }
+            if let Ok(mut w) = PythonWalker::new(mem, b.target(), config()) {
+                let mut c = Collect::default();
+                w.walk(&mut c);
+                for s in &c.samples {
+                    assert!(s.frames.len() <= 128);
+                    for &r in &s.frames {
+                        let _ = w.symbolize(r);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! Per-thread side data: names (filled by the Python side), native thread ids, and CPU time for
+//! deciding whether a thread was on CPU since the last tick.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use super::memory::{MemoryReader, ReadError};
+
+/// Longest thread name kept (bytes, cut at a character boundary).
+pub const MAX_THREAD_NAME: usize = 64;
+/// Most threads the registry remembers; later registrations are ignored until some are
+/// forgotten.
+pub const MAX_REGISTERED_THREADS: usize = 4096;
+
+#[derive(Debug, Default)]
+struct ThreadInfo {
+    name: Option<Box<str>>,
+    native_id: u32,
+}
+
+/// Thread names and native ids, shared between the Python side (which registers threads as they
+/// start and forgets them as they end) and the walker (which only `try_lock`s it: a contended
+/// lookup falls back to the default name, it never blocks the sampler).
+#[derive(Debug, Clone, Default)]
+pub struct ThreadRegistry {
+    inner: Arc<Mutex<HashMap<u64, ThreadInfo>>>,
+}
+
+impl ThreadRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with_entry(&self, thread_id: u64, f: impl FnOnce(&mut ThreadInfo)) {
+        let mut map = match self.inner.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if map.len() >= MAX_REGISTERED_THREADS && !map.contains_key(&thread_id) {
+            return;
+        }
+        f(map.entry(thread_id).or_default());
+    }
+
+    /// Names the thread whose `threading.get_ident()` is `thread_id`.
+    pub fn set_thread_name(&self, thread_id: u64, name: &str) {
+        let mut end = name.len().min(MAX_THREAD_NAME);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let name: Box<str> = name.get(..end).unwrap_or_default().into();
+        self.with_entry(thread_id, |e| e.name = Some(name));
+    }
+
+    /// Records the OS thread id (`threading.get_native_id()`) of `thread_id`; used for CPU time
+    /// on 3.9/3.10, whose thread states do not carry it.
+    pub fn set_native_id(&self, thread_id: u64, native_id: u32) {
+        self.with_entry(thread_id, |e| e.native_id = native_id);
+    }
+
+    /// Forgets a thread that ended.
+    pub fn forget(&self, thread_id: u64) {
+        let mut map = match self.inner.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        map.remove(&thread_id);
+    }
+
+    /// Copies the thread's name into `buf` (or the default `Thread-<id>`) and returns its
+    /// registered native id (0 if unknown). Never blocks and never allocates.
+    pub(crate) fn lookup(&self, thread_id: u64, buf: &mut NameBuf) -> u32 {
+        buf.clear();
+        if let Ok(map) = self.inner.try_lock() {
+            if let Some(info) = map.get(&thread_id) {
+                if let Some(name) = &info.name {
+                    buf.push_str(name);
+                    return info.native_id;
+                }
+                let native = info.native_id;
+                drop(map);
+                let _ = write!(buf, "Thread-{thread_id}");
+                return native;
+            }
+        }
+        let _ = write!(buf, "Thread-{thread_id}");
+        0
+    }
+}
+
+/// A fixed-capacity string buffer for a thread name.
+#[derive(Debug)]
+pub(crate) struct NameBuf {
+    bytes: [u8; MAX_THREAD_NAME],
+    len: usize,
+}
+
+impl NameBuf {
+    pub(crate) const fn new() -> Self {
+        Self {
+            bytes: [0; MAX_THREAD_NAME],
+            len: 0,
+        }
+    }
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+    /// Appends as much of `s` as fits, cut at a character boundary.
+    pub(crate) fn push_str(&mut self, s: &str) {
+        let room = MAX_THREAD_NAME - self.len;
+        let mut end = s.len().min(room);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        let src = s.as_bytes().get(..end).unwrap_or_default();
+        if let Some(dst) = self.bytes.get_mut(self.len..self.len + end) {
+            dst.copy_from_slice(src);
+            self.len += end;
+        }
+    }
+    pub(crate) fn as_str(&self) -> &str {
+        // Only whole characters of valid `str`s are ever copied in.
+        std::str::from_utf8(self.bytes.get(..self.len).unwrap_or_default()).unwrap_or("")
+    }
+}
+
+impl std::fmt::Write for NameBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.push_str(s);
+        Ok(())
+    }
+}
+
+/// Where per-thread CPU time comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CpuTimeSource {
+    /// The thread's CPU clock (`clock_gettime` on the per-thread clock id); only works for
+    /// threads of the calling process (the in-process profiler).
+    ThreadClock,
+    /// `/proc/<pid>/task/<tid>/schedstat` (another process: tests, out-of-process use).
+    ProcFs {
+        /// The target process.
+        pid: u32,
+    },
+    /// Never measure; every sample has `on_cpu = false`.
+    Disabled,
+}
+
+/// Offset of `tid` inside glibc's `struct pthread` on x86_64 (`pthread_t` is its address).
+/// Used only after [`verify_pthread_tid_offset`] confirmed it on the calling thread, and only
+/// through the memory reader, so a wrong guess yields a wrong tid, never a fault.
+const GLIBC_PTHREAD_TID_OFFSET: u64 = 0x2d0;
+
+/// Checks that this process's `pthread_self()` has its tid at the expected offset.
+pub(crate) fn verify_pthread_tid_offset(reader: &dyn MemoryReader) -> bool {
+    // SAFETY: (1) pthread_self and gettid have no preconditions and cannot fail.
+    let (me, tid) = unsafe { (libc::pthread_self() as u64, libc::gettid()) };
+    let mut b = [0u8; 4];
+    if me == 0 || reader.read(me + GLIBC_PTHREAD_TID_OFFSET, &mut b).is_err() {
+        return false;
+    }
+    i32::from_le_bytes(b) == tid
+}
+
+/// The OS tid of the thread whose `pthread_t` is `pthread`, read through `reader`.
+pub(crate) fn tid_from_pthread(reader: &dyn MemoryReader, pthread: u64) -> Result<u32, ReadError> {
+    let mut b = [0u8; 4];
+    reader.read(pthread.wrapping_add(GLIBC_PTHREAD_TID_OFFSET), &mut b)?;
+    match i32::from_le_bytes(b) {
+        t if t > 0 => Ok(t as u32),
+        _ => Err(ReadError::Invalid),
+    }
+}
+
+/// CPU time of `tid` in nanoseconds, or `None` if the thread is gone or the source refuses.
+pub(crate) fn cpu_time_ns(source: CpuTimeSource, tid: u32) -> Option<u64> {
+    match source {
+        CpuTimeSource::Disabled => None,
+        CpuTimeSource::ThreadClock => {
+            let tid = i32::try_from(tid).ok()?;
+            // Linux per-thread CPU clock id (include/linux/posix-timers.h):
+            // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED) = (~tid << 3) | PERTHREAD(4) | SCHED(2).
+            // The kernel accepts it only for threads of the calling process.
+            let clock: libc::clockid_t = ((!tid) << 3) | 6;
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: (1) `ts` is a valid, exclusively borrowed timespec. (2) An invalid clock
+            // id (the thread exited) is reported as EINVAL, not undefined behaviour.
+            let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+            if rc != 0 {
+                return None;
+            }
+            Some((ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64)
+        }
+        CpuTimeSource::ProcFs { pid } => proc_schedstat_ns(pid, tid),
+    }
+}
+
+/// Reads the first field of `/proc/<pid>/task/<tid>/schedstat` (ns on CPU) without allocating.
+fn proc_schedstat_ns(pid: u32, tid: u32) -> Option<u64> {
+    let mut path = NameBuf::new();
+    write!(path, "/proc/{pid}/task/{tid}/schedstat\0").ok()?;
+    let path = path.as_str();
+    if !path.ends_with('\0') {
+        return None;
+    }
+    // SAFETY: (1) `path` is NUL-terminated (checked above) and lives across the call.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 64];
+    // SAFETY: (1) `buf` is valid for writes of its length. (2) `fd` is the descriptor we just
+    // opened.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: (1) `fd` is ours and closed exactly once.
+    unsafe { libc::close(fd) };
+    let n = usize::try_from(n).ok()?;
+    let text = buf.get(..n)?;
+    let digits = text.iter().take_while(|b| b.is_ascii_digit());
+    let mut v: u64 = 0;
+    let mut any = false;
+    for d in digits {
+        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+        any = true;
+    }
+    any.then_some(v)
+}
+
+/// Remembers each thread's CPU time at the previous tick, in two fixed-capacity tables swapped
+/// every tick (no allocation after construction).
+#[derive(Debug)]
+pub(crate) struct CpuTracker {
+    prev: Vec<(u64, u64)>,
+    next: Vec<(u64, u64)>,
+    cap: usize,
+}
+
+impl CpuTracker {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            prev: Vec::with_capacity(cap),
+            next: Vec::with_capacity(cap),
+            cap,
+        }
+    }
+
+    /// Records `cpu_ns` for `thread_id` and says whether it advanced since the previous tick.
+    /// A thread seen for the first time is reported off CPU.
+    pub(crate) fn observe(&mut self, thread_id: u64, cpu_ns: u64) -> bool {
+        if self.next.len() < self.cap {
+            self.next.push((thread_id, cpu_ns));
+        }
+        match self.prev.binary_search_by_key(&thread_id, |&(t, _)| t) {
+            Ok(i) => self.prev.get(i).is_some_and(|&(_, before)| cpu_ns > before),
+            Err(_) => false,
+        }
+    }
+
+    /// Ends a tick: this tick's observations become the baseline of the next.
+    pub(crate) fn end_tick(&mut self) {
+        std::mem::swap(&mut self.prev, &mut self.next);
+        self.next.clear();
+        self.prev.sort_unstable_by_key(|&(t, _)| t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::walker::memory::ProcessVmReader;
+
+    #[test]
+    fn registry_names_and_defaults() {
+        let r = ThreadRegistry::new();
+        let mut buf = NameBuf::new();
+        assert_eq!(r.lookup(7, &mut buf), 0);
+        assert_eq!(buf.as_str(), "Thread-7");
+        r.set_thread_name(7, "worker");
+        r.set_native_id(7, 1234);
+        assert_eq!(r.lookup(7, &mut buf), 1234);
+        assert_eq!(buf.as_str(), "worker");
+        r.set_thread_name(8, &"é".repeat(100));
+        r.lookup(8, &mut buf);
+        assert_eq!(buf.as_str().chars().count(), MAX_THREAD_NAME / 2);
+        r.forget(7);
+        r.lookup(7, &mut buf);
+        assert_eq!(buf.as_str(), "Thread-7");
+    }
+
+    #[test]
+    fn cpu_tracker_advances() {
+        let mut t = CpuTracker::new(2);
+        assert!(!t.observe(1, 10));
+        assert!(!t.observe(2, 10));
+        assert!(!t.observe(3, 10)); // over capacity: not remembered
+        t.end_tick();
+        assert!(t.observe(1, 11));
+        assert!(!t.observe(2, 10));
+        assert!(!t.observe(3, 50));
+        t.end_tick();
+    }
+
+    #[test]
+    fn own_thread_clock_and_pthread_tid() {
+        let reader = ProcessVmReader::new().unwrap();
+        assert!(verify_pthread_tid_offset(&reader));
+        // SAFETY: (1) pthread_self and gettid have no preconditions.
+        let (me, tid) = unsafe { (libc::pthread_self() as u64, libc::gettid()) };
+        assert_eq!(tid_from_pthread(&reader, me).unwrap(), tid as u32);
+        let a = cpu_time_ns(CpuTimeSource::ThreadClock, tid as u32).unwrap();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let b = cpu_time_ns(CpuTimeSource::ThreadClock, tid as u32).unwrap();
+        assert!(b > a);
+        let p = cpu_time_ns(
+            CpuTimeSource::ProcFs {
+                pid: std::process::id(),
+            },
+            tid as u32,
+        );
+        assert!(p.is_some());
+        assert_eq!(cpu_time_ns(CpuTimeSource::ThreadClock, 0x3fff_fff0), None);
+    }
+}
