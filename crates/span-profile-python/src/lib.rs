@@ -1,4 +1,22 @@
-//! span_profile (being written).
+//! # span-profile-python
+//!
+//! The Python side of span-profile:
+//!
+//! - [`walker`]: the CPython stack walker (reads interpreter memory without the GIL).
+//! - `module` (feature `python`): the `span_profile._native` extension module that the
+//!   `span_profile` Python package (in `python/`, built with maturin) wraps: the native agent
+//!   (core `Profiler` + CPython walker + file store), the span-table hooks the
+//!   `SpanProcessor` calls, and the runtime-context wrapper that publishes each thread's
+//!   current OpenTelemetry span to the registry.
+//!
+//! Feature flags:
+//! - `python`: the PyO3 module. maturin adds `pyo3/extension-module`; without `python` the
+//!   crate builds and tests with no libpython.
+//!
+//! MSRV: the workspace's `rust-version` (1.85).
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod walker;
+
+#[cfg(feature = "python")]
+mod module;

@@ -1,0 +1,219 @@
+"""The agent: starts the native profiler and installs the hooks; stop() undoes both."""
+import atexit
+import os
+import sys
+import threading
+import warnings
+
+from . import _hooks, _native, _settings
+
+_LOCK = threading.RLock()
+_RUNNING = None  # the Agent that is running, if any
+_LAST = None  # the last Agent started (for stats() after stop())
+
+STATS_KEYS = (
+    "ticks", "samples", "windows", "exported_windows", "dropped_windows", "export_errors", "walk_errors",
+    "dropped_samples", "sampler_cpu_ns", "exporter_cpu_ns", "registry_active_keys", "registry_full",
+    "registry_unmatched_exits", "registry_contended_reads", "spans_started", "spans_ended",
+    "context_publishes", "hook_errors",
+)
+
+
+def _start_native(settings, forked):
+    return _native.Agent(
+        output=settings["output"],
+        sample_rate_hz=settings["sample_rate_hz"],
+        window_s=settings["window_s"],
+        service=settings["service"],
+        version=settings["version"],
+        environment=settings["environment"],
+        instance=settings["instance"],
+        forked=forked,
+        python_version=tuple(sys.version_info[:2]),
+    )
+
+
+class Agent:
+    """A running profiler. Returned by :func:`span_profile.start`; stop it with :meth:`stop`
+    (also done at interpreter exit). Usable as a context manager."""
+
+    def __init__(self, settings):
+        self._settings = settings
+        self._native = _start_native(settings, forked=False)
+        self._context_hook = None
+        for problem in self._native.resource_problems:
+            warnings.warn("span_profile: %s" % problem, RuntimeWarning, stacklevel=3)
+        if self._native.walker.startswith("none"):
+            warnings.warn("span_profile: stack sampling is unavailable (%s); spans are still tracked but no "
+                          "samples are recorded" % self._native.walker, RuntimeWarning, stacklevel=3)
+
+    # -- settings -------------------------------------------------------------------------------
+    @property
+    def service(self):
+        """``service.name`` of the profiles."""
+        return self._native.service
+
+    @property
+    def instance(self):
+        """The instance label (host and pid unless set)."""
+        return self._native.instance
+
+    @property
+    def output(self):
+        return self._settings["output"]
+
+    @property
+    def sample_rate_hz(self):
+        return self._settings["sample_rate_hz"]
+
+    @property
+    def window_s(self):
+        return self._settings["window_s"]
+
+    @property
+    def running(self):
+        return self._native.running
+
+    def __repr__(self):
+        return "<span_profile.Agent service=%r output=%r %s>" % (
+            self.service, self.output, "running" if self.running else "stopped")
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _install(self):
+        """Feeds the hooks from this agent: span processor, runtime context, threads."""
+        import opentelemetry.context as otel_context
+        from opentelemetry.trace import NonRecordingSpan
+        from opentelemetry.trace.propagation import _SPAN_KEY
+
+        native = self._native
+        _hooks._NATIVE = native
+        _hooks.install_thread_hook()
+        for t in threading.enumerate():
+            if t.ident is not None:
+                native.thread_started(t.ident, t.name, getattr(t, "native_id", None) or 0)
+        hook = native.context_hook(otel_context._RUNTIME_CONTEXT, _SPAN_KEY, NonRecordingSpan)
+        otel_context._RUNTIME_CONTEXT = hook
+        self._context_hook = hook
+        hook.publish_current()
+
+    def _uninstall(self):
+        import opentelemetry.context as otel_context
+
+        hook, self._context_hook = self._context_hook, None
+        if hook is not None:
+            hook.disable()
+            if otel_context._RUNTIME_CONTEXT is hook:
+                otel_context._RUNTIME_CONTEXT = hook.original
+            # Else something wrapped our hook in turn: it stays, disabled, delegating.
+        if _hooks._NATIVE is self._native:
+            _hooks._NATIVE = None
+            _hooks.uninstall_thread_hook()
+
+    def stop(self, timeout_s=5.0):
+        """Stops sampling, removes the hooks and writes the last (partial) window. Waits up to
+        ``timeout_s`` for the write; warns if it did not finish. Safe to call twice."""
+        global _RUNNING
+        with _LOCK:
+            self._uninstall()
+            if _RUNNING is self:
+                _RUNNING = None
+        problem = self._native.stop(float(timeout_s))
+        if problem:
+            warnings.warn(problem, RuntimeWarning, stacklevel=2)
+
+    def stats(self):
+        """Counters of this agent (see :func:`span_profile.stats`)."""
+        return self._native.stats()
+
+    def current_span(self, thread_ident=None):
+        """The span the sampler would attribute ``thread_ident``'s samples to now (default: the
+        calling thread) as an ``ActiveSpan`` (``.span_id``, ``.trace_id``, ``.local_root``), or
+        None. For tests and debugging."""
+        if thread_ident is None:
+            thread_ident = threading.get_ident()
+        return self._native.current(thread_ident)
+
+    def _restart_after_fork(self):
+        """In a forked child: the parent's sampler threads do not exist here. Abandon them and
+        start afresh with the same settings and an instance label of our own."""
+        self._uninstall()
+        self._native.abandon_after_fork()
+        self._native = _start_native(self._settings, forked=True)
+        self._install()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def start(service=None, output=None, sample_rate_hz=None, window_s=None, **more):
+    """Starts profiling this process and returns the :class:`Agent`.
+
+    - ``service``: ``service.name`` (else ``SPAN_PROFILE_SERVICE``, ``OTEL_SERVICE_NAME``,
+      ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``, else ``unknown_service``).
+    - ``output``: the directory windows are written to as
+      ``<output>/<service>/<date>/<ms>-<instance>-<seq>.pb.gz`` (else ``SPAN_PROFILE_OUTPUT``,
+      else ``./profiles``). ``file:///abs/path`` is accepted too.
+    - ``sample_rate_hz``: samples per second of each thread, 1 to 10000 (else
+      ``SPAN_PROFILE_SAMPLE_RATE_HZ``, else 100).
+    - ``window_s``: seconds per profile file, 1 to 3600 (else ``SPAN_PROFILE_WINDOW_S``, else 60).
+    - ``version``, ``environment``, ``instance``: resource labels (else from
+      ``OTEL_RESOURCE_ATTRIBUTES``).
+
+    Spans are attributed once ``span_profile.SpanProcessor()`` is added to the TracerProvider.
+    Raises TypeError/ValueError for bad settings and RuntimeError if an agent already runs.
+    """
+    global _RUNNING, _LAST
+    settings = _settings.resolve(service=service, output=output, sample_rate_hz=sample_rate_hz,
+                                 window_s=window_s, **more)
+    with _LOCK:
+        if _RUNNING is not None:
+            raise RuntimeError("span_profile is already running (output=%r); call agent.stop() before "
+                               "starting another" % _RUNNING.output)
+        agent = Agent(settings)
+        try:
+            agent._install()
+        except BaseException:
+            agent._uninstall()
+            agent._native.stop(1.0)
+            raise
+        _RUNNING = _LAST = agent
+    return agent
+
+
+def stats():
+    """Counters of the running agent, or of the last one after it stopped (all zero if none
+    ran): samples, windows, exports, drops and errors of the profiler; active keys, full slots
+    and unmatched exits of the span registry; spans started/ended, context publishes and hook
+    errors of the Python hooks; ``running`` and ``walker`` (what samples the stacks)."""
+    agent = _LAST
+    if agent is None:
+        d = dict.fromkeys(STATS_KEYS, 0)
+        d["running"] = False
+        d["walker"] = "none: not started"
+        return d
+    return agent.stats()
+
+
+def _after_fork_in_child():
+    agent = _RUNNING
+    if agent is None:
+        return
+    try:
+        agent._restart_after_fork()
+    except Exception as e:  # noqa: BLE001 - never break the child
+        warnings.warn("span_profile: could not restart in the forked child: %s" % e, RuntimeWarning)
+
+
+def _at_exit():
+    agent = _RUNNING
+    if agent is not None:
+        agent.stop()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)

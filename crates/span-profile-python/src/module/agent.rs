@@ -1,0 +1,332 @@
+//! The native agent: one running [`Profiler`] plus the span hooks that feed its registry and
+//! span table.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyType};
+
+use span_profile_core::{
+    ActiveSpanRegistry, ExecutionKey, ExportError, Profiler, ProfilerStats, SpanId, SpanStart,
+    SpanTable, StartError, TraceId,
+};
+use span_profile_export::FileStore;
+
+use super::context::{ContextHook, HookCounters, PyActiveSpan};
+use super::settings::{self, Output};
+use super::walker::{self, WalkerHandles};
+
+/// A running profiler and its hooks. Created by `span_profile.start()`; at most one per
+/// process is installed at a time (the Python package enforces that).
+#[pyclass(frozen, name = "Agent", module = "span_profile._native")]
+#[derive(Debug)]
+pub(crate) struct NativeAgent {
+    profiler: Mutex<Option<Profiler>>,
+    final_stats: Mutex<Option<ProfilerStats>>,
+    registry: Arc<ActiveSpanRegistry>,
+    spans: Arc<SpanTable>,
+    counters: Arc<HookCounters>,
+    walker_handles: WalkerHandles,
+    walker_kind: String,
+    service: String,
+    instance: Option<String>,
+    output: String,
+    resource_problems: Vec<String>,
+}
+
+fn start_error(e: StartError) -> PyErr {
+    match e {
+        StartError::InvalidSetting { .. } => PyValueError::new_err(e.to_string()),
+        other => PyRuntimeError::new_err(format!(
+            "span_profile could not start: {other}; check the process's thread limits"
+        )),
+    }
+}
+
+impl NativeAgent {
+    fn lock_profiler(&self) -> std::sync::MutexGuard<'_, Option<Profiler>> {
+        // Only start/stop/fork take this lock and each leaves the Option coherent.
+        self.profiler.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn profiler_stats(&self) -> ProfilerStats {
+        if let Some(p) = self.lock_profiler().as_ref() {
+            return p.stats();
+        }
+        self.final_stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_default()
+    }
+}
+
+#[pymethods]
+impl NativeAgent {
+    /// Starts the sampler and export threads. Every argument is already validated for type by
+    /// the Python package; ranges are checked here and by the core.
+    #[new]
+    #[pyo3(signature = (*, output, sample_rate_hz, window_s, service=None, version=None,
+                        environment=None, instance=None, forked=false, python_version=(3, 0)))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        output: &str,
+        sample_rate_hz: u32,
+        window_s: f64,
+        service: Option<&str>,
+        version: Option<&str>,
+        environment: Option<&str>,
+        instance: Option<&str>,
+        forked: bool,
+        python_version: (u8, u8),
+    ) -> PyResult<Self> {
+        let Output::Dir(dir) = settings::parse_output(output).map_err(PyValueError::new_err)?;
+        if !window_s.is_finite() || !(1.0..=3600.0).contains(&window_s) {
+            return Err(PyValueError::new_err(format!(
+                "window_s={window_s} is out of range; use 1 to 3600 seconds"
+            )));
+        }
+        if !(1..=10_000).contains(&sample_rate_hz) {
+            return Err(PyValueError::new_err(format!(
+                "sample_rate_hz={sample_rate_hz} is out of range; use 1 to 10000"
+            )));
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            PyValueError::new_err(format!(
+                "output directory {} cannot be created: {e}; pass a writable directory",
+                dir.display()
+            ))
+        })?;
+        let (resource, resource_problems) =
+            settings::resource(service, version, environment, instance, forked);
+        let service = resource.service.clone();
+        let instance = resource.instance.clone();
+        let (walker, walker_handles, walker_kind) =
+            walker::build(python_version.0, python_version.1);
+        let registry = Arc::new(ActiveSpanRegistry::default());
+        let spans = Arc::new(SpanTable::default());
+        let profiler = Profiler::builder()
+            .with_resource(resource)
+            .with_sample_rate_hz(sample_rate_hz)
+            .with_window(Duration::from_secs_f64(window_s))
+            .with_registry(registry.clone())
+            .with_span_table(spans.clone())
+            .with_exporter(FileStore::new(dir))
+            .with_walker(walker)
+            .start()
+            .map_err(start_error)?;
+        Ok(Self {
+            profiler: Mutex::new(Some(profiler)),
+            final_stats: Mutex::new(None),
+            registry,
+            spans,
+            counters: Arc::new(HookCounters::default()),
+            walker_handles,
+            walker_kind,
+            service,
+            instance,
+            output: output.to_string(),
+            resource_problems,
+        })
+    }
+
+    /// Records a span start; returns what to publish while the span is current, or `None`
+    /// for an invalid (all-zero) id.
+    #[pyo3(signature = (trace_id, span_id, parent_span_id, parent_is_remote, name, route, start_ns))]
+    #[allow(clippy::too_many_arguments)]
+    fn span_start(
+        &self,
+        trace_id: u128,
+        span_id: u64,
+        parent_span_id: u64,
+        parent_is_remote: bool,
+        name: &str,
+        route: Option<&str>,
+        start_ns: u64,
+    ) -> Option<PyActiveSpan> {
+        let (Some(trace_id), Some(span_id)) =
+            (TraceId::from_u128(trace_id), SpanId::from_u64(span_id))
+        else {
+            return None;
+        };
+        self.counters.spans_started.fetch_add(1, Ordering::Relaxed);
+        Some(PyActiveSpan(self.spans.start(SpanStart {
+            trace_id,
+            span_id,
+            parent_span_id: SpanId::from_u64(parent_span_id),
+            parent_is_remote,
+            name,
+            route,
+            start_unix_ns: start_ns,
+        })))
+    }
+
+    /// Records a span end (from any thread). Unknown ids are ignored.
+    #[pyo3(signature = (span_id, end_ns, route=None))]
+    fn span_end(&self, span_id: u64, end_ns: u64, route: Option<&str>) {
+        if let Some(id) = SpanId::from_u64(span_id) {
+            self.counters.spans_ended.fetch_add(1, Ordering::Relaxed);
+            self.spans.end(id, end_ns, route);
+        }
+    }
+
+    /// Counts a failure inside a Python hook (which never raises into the application).
+    fn hook_error(&self) {
+        self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Publishes `active` (or no span) as current on thread `thread` (a `threading.get_ident()`).
+    #[pyo3(signature = (thread, active))]
+    fn set_current(&self, thread: u64, active: Option<&Bound<'_, PyActiveSpan>>) {
+        self.registry
+            .set_current(ExecutionKey::thread(thread), active.map(|a| a.get().0));
+    }
+
+    /// The span published for thread `thread`, if any.
+    fn current(&self, thread: u64) -> Option<PyActiveSpan> {
+        self.registry
+            .current(ExecutionKey::thread(thread))
+            .map(PyActiveSpan)
+    }
+
+    /// A thread started (or was found running at start): its name for samples, and its OS
+    /// thread id (for CPU time on 3.9 and 3.10).
+    #[pyo3(signature = (thread, name, native_id=0))]
+    fn thread_started(&self, thread: u64, name: &str, native_id: u32) {
+        self.walker_handles.threads.set_thread_name(thread, name);
+        if native_id != 0 {
+            self.walker_handles.threads.set_native_id(thread, native_id);
+        }
+    }
+
+    /// A thread is about to exit: forget its span and its name.
+    fn thread_exited(&self, thread: u64) {
+        self.registry.forget(ExecutionKey::thread(thread));
+        self.walker_handles.threads.forget(thread);
+    }
+
+    /// The runtime-context wrapper to install as `opentelemetry.context._RUNTIME_CONTEXT`.
+    fn context_hook(
+        &self,
+        original: &Bound<'_, PyAny>,
+        span_key: &Bound<'_, PyString>,
+        non_recording_span: &Bound<'_, PyType>,
+    ) -> PyResult<ContextHook> {
+        ContextHook::new(
+            original,
+            span_key,
+            non_recording_span,
+            self.registry.clone(),
+            self.counters.clone(),
+        )
+    }
+
+    /// Stops sampling, writes the last window and waits up to `timeout_s` for the exporter.
+    /// Returns `None` on success or a message saying what did not finish. Idempotent.
+    #[pyo3(signature = (timeout_s=5.0))]
+    fn stop(&self, py: Python<'_>, timeout_s: f64) -> Option<String> {
+        let profiler = self.lock_profiler().take()?;
+        let timeout = Duration::from_secs_f64(timeout_s.clamp(0.0, 3600.0));
+        // The sampler and exporter never need the GIL; let Python threads run meanwhile.
+        let (result, stats) = py.detach(move || {
+            let r = profiler.shutdown_with_timeout(timeout);
+            let stats = profiler.stats();
+            if r.is_err() {
+                // Still exporting: leave its threads to finish, without a second wait in drop.
+                std::mem::forget(profiler);
+            }
+            (r, stats)
+        });
+        *self
+            .final_stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(stats);
+        match result {
+            Ok(_) | Err(ExportError::AlreadyShutdown) => None,
+            Err(e) => Some(format!(
+                "span_profile.stop(): {e}; the last window may be missing from {}",
+                self.output
+            )),
+        }
+    }
+
+    /// In a forked child: the parent's threads do not exist here, so the profiler is
+    /// abandoned without a shutdown (which would wait for them).
+    fn abandon_after_fork(&self) {
+        if let Some(p) = self.lock_profiler().take() {
+            *self
+                .final_stats
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(p.stats());
+            std::mem::forget(p);
+        }
+    }
+
+    /// Whether sampling is running.
+    #[getter]
+    fn running(&self) -> bool {
+        self.lock_profiler().is_some()
+    }
+
+    #[getter]
+    fn service(&self) -> &str {
+        &self.service
+    }
+
+    #[getter]
+    fn instance(&self) -> Option<&str> {
+        self.instance.as_deref()
+    }
+
+    #[getter]
+    fn walker(&self) -> &str {
+        &self.walker_kind
+    }
+
+    /// Problems found in `OTEL_RESOURCE_ATTRIBUTES` (the valid entries were used).
+    #[getter]
+    fn resource_problems(&self) -> Vec<String> {
+        self.resource_problems.clone()
+    }
+
+    /// Counters: the profiler's, the registry's and the hooks'.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let p = self.profiler_stats();
+        let r = self.registry.stats();
+        let c = &self.counters;
+        let d = PyDict::new(py);
+        d.set_item("running", self.running())?;
+        d.set_item("walker", &self.walker_kind)?;
+        d.set_item("ticks", p.ticks)?;
+        d.set_item("samples", p.samples)?;
+        d.set_item("windows", p.windows)?;
+        d.set_item("exported_windows", p.exported_windows)?;
+        d.set_item("dropped_windows", p.dropped_windows)?;
+        d.set_item("export_errors", p.export_errors)?;
+        d.set_item("walk_errors", p.walk_errors)?;
+        d.set_item("dropped_samples", p.dropped_samples)?;
+        d.set_item("sampler_cpu_ns", p.sampler_cpu_ns)?;
+        d.set_item("exporter_cpu_ns", p.exporter_cpu_ns)?;
+        d.set_item("registry_active_keys", r.active_keys)?;
+        d.set_item("registry_full", r.full)?;
+        d.set_item("registry_unmatched_exits", r.unmatched_exits)?;
+        d.set_item("registry_contended_reads", r.contended_reads)?;
+        d.set_item("spans_started", c.spans_started.load(Ordering::Relaxed))?;
+        d.set_item("spans_ended", c.spans_ended.load(Ordering::Relaxed))?;
+        d.set_item("context_publishes", c.publishes.load(Ordering::Relaxed))?;
+        d.set_item("hook_errors", c.hook_errors.load(Ordering::Relaxed))?;
+        if let Some(w) = &self.walker_handles.counters {
+            let w = w.snapshot();
+            d.set_item("walker_samples", w.samples)?;
+            d.set_item("walker_frames", w.frames)?;
+            d.set_item("walker_truncated", w.truncated)?;
+            d.set_item("walker_idle_threads", w.idle_threads)?;
+            d.set_item("walker_skipped_threads", w.skipped_threads)?;
+            d.set_item("walker_invalid_reads", w.invalid_reads)?;
+            d.set_item("walker_code_cache_full", w.code_cache_full)?;
+        }
+        Ok(d)
+    }
+}

@@ -1,0 +1,39 @@
+//! The `span_profile._native` extension module. The Python package `span_profile` wraps it;
+//! nothing here is public API on its own.
+
+mod agent;
+mod context;
+mod settings;
+mod standin;
+mod walker;
+
+use pyo3::prelude::*;
+
+/// `span_profile._native`.
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<agent::NativeAgent>()?;
+    m.add_class::<context::PyActiveSpan>()?;
+    m.add_class::<context::ContextHook>()?;
+    m.add("CACHE_ATTR", context::CACHE_ATTR)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(parse_output, m)?)?;
+    m.add_function(wrap_pyfunction!(thread_ident, m)?)?;
+    Ok(())
+}
+
+/// Checks an `output` setting; raises ValueError saying what is accepted.
+#[pyfunction]
+fn parse_output(output: &str) -> PyResult<String> {
+    match settings::parse_output(output) {
+        Ok(settings::Output::Dir(d)) => Ok(d.display().to_string()),
+        Err(e) => Err(pyo3::exceptions::PyValueError::new_err(e)),
+    }
+}
+
+/// The calling thread's identity as the hooks see it (equals `threading.get_ident()`).
+#[pyfunction]
+fn thread_ident() -> u64 {
+    context::current_thread_ident()
+}

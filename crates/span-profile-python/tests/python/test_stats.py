@@ -1,0 +1,39 @@
+"""span_profile.stats(): the profiler's, the registry's and the hooks' counters."""
+
+
+import span_profile
+
+from conftest import busy
+
+
+def test_counters_move_and_survive_stop(agent, tracer):
+    before = span_profile.stats()
+    assert before["running"] is True
+    assert before["walker"].startswith("cpython ")
+    for _ in range(10):
+        with tracer.start_as_current_span("s"):
+            pass
+    busy(0.3)
+    s = span_profile.stats()
+    assert s["spans_started"] == before["spans_started"] + 10
+    assert s["spans_ended"] == before["spans_ended"] + 10
+    assert s["context_publishes"] >= before["context_publishes"] + 20  # an attach and a detach each
+    assert s["ticks"] > 0 and s["samples"] > 0
+    assert s["hook_errors"] == 0 and s["walk_errors"] == 0
+    assert s["registry_active_keys"] == 0  # nothing is current any more
+    agent.stop()
+    after = span_profile.stats()
+    assert after["running"] is False
+    assert after["windows"] >= 1 and after["exported_windows"] == after["windows"]
+    assert after["export_errors"] == 0 and after["dropped_windows"] == 0
+    assert after["samples"] >= s["samples"]
+    assert agent.stats() == after
+
+
+def test_keys_are_stable():
+    s = span_profile.stats()
+    for key in ("ticks", "samples", "windows", "exported_windows", "dropped_windows", "export_errors",
+                "walk_errors", "dropped_samples", "registry_active_keys", "registry_full",
+                "registry_unmatched_exits", "spans_started", "spans_ended", "context_publishes", "hook_errors"):
+        assert isinstance(s[key], int), key
+
