@@ -12,11 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
+use span_profile::walker::testing::Collected;
 use span_profile::walker::{
     CpuTimeSource, ProcessVmReader, PythonVersion, PythonWalker, Target, TypeAddresses,
     WalkerConfig,
 };
-use span_profile_core::{Frame, RawFrame, RawSample, StackSink, StackWalker, WalkError};
+use span_profile_core::{Frame, StackWalker};
 
 fn py_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py")
@@ -147,39 +148,9 @@ fn marks() -> HashMap<String, u32> {
         .collect()
 }
 
-#[derive(Debug)]
-struct Owned {
-    thread: u64,
-    frames: Vec<RawFrame>,
-    on_cpu: bool,
-    truncated: bool,
-    name: String,
-}
-
-#[derive(Default)]
-struct Collect {
-    samples: Vec<Owned>,
-    errors: Vec<WalkError>,
-}
-
-impl StackSink for Collect {
-    fn sample(&mut self, s: &RawSample<'_>) {
-        self.samples.push(Owned {
-            thread: s.key.thread,
-            frames: s.frames.to_vec(),
-            on_cpu: s.on_cpu,
-            truncated: s.truncated,
-            name: s.thread_name.to_owned(),
-        });
-    }
-    fn error(&mut self, e: WalkError) {
-        self.errors.push(e);
-    }
-}
-
 fn stack_of<'c>(
     walker: &mut PythonWalker<ProcessVmReader>,
-    c: &'c Collect,
+    c: &'c Collected,
     ident: u64,
 ) -> (Vec<Frame>, &'c str, bool) {
     let s = c
@@ -269,9 +240,9 @@ fn run(full_version: &str) {
     let (main_id, _) = target.threads["MainThread"];
 
     // "ready" is printed just before the main thread parks: walk until it has.
-    let mut first = Collect::default();
+    let mut first = Collected::default();
     for _ in 0..200 {
-        first = Collect::default();
+        first = Collected::default();
         walker.walk(&mut first);
         let parked = first.samples.iter().any(|s| {
             s.thread == main_id
@@ -340,7 +311,7 @@ fn run(full_version: &str) {
     // A second tick: burn advanced its CPU clock, the parked thread did not; no new code
     // objects for the parked stacks.
     std::thread::sleep(Duration::from_millis(100));
-    let mut second = Collect::default();
+    let mut second = Collected::default();
     walker.walk(&mut second);
     assert!(second.errors.is_empty(), "{v}: {:?}", second.errors);
     let (_, _, burn_on_cpu) = stack_of(&mut walker, &second, burn_id);
@@ -356,7 +327,7 @@ fn run(full_version: &str) {
         return;
     };
     let theirs = py_spy_stacks(&py_spy, &python, pid);
-    let mut now = Collect::default();
+    let mut now = Collected::default();
     walker.walk(&mut now);
     for ident in [alpha_id, main_id] {
         let (ours, _, _) = stack_of(&mut walker, &now, ident);

@@ -304,3 +304,42 @@ impl ImageBuilder {
         }
     }
 }
+
+/// One reported stack, copied out of the sink call.
+#[derive(Debug, Clone)]
+pub struct OwnedSample {
+    /// `key.thread`.
+    pub thread: u64,
+    /// Raw frames, leaf first.
+    pub frames: Vec<span_profile_core::RawFrame>,
+    /// The depth cap cut the stack.
+    pub truncated: bool,
+    /// Reported on CPU.
+    pub on_cpu: bool,
+    /// Thread name.
+    pub name: String,
+}
+
+/// A sink that keeps everything it receives (allocates; not for allocation tests).
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// Stacks in the order reported.
+    pub samples: Vec<OwnedSample>,
+    /// Errors in the order reported.
+    pub errors: Vec<span_profile_core::WalkError>,
+}
+
+impl span_profile_core::StackSink for Collected {
+    fn sample(&mut self, s: &span_profile_core::RawSample<'_>) {
+        self.samples.push(OwnedSample {
+            thread: s.key.thread,
+            frames: s.frames.to_vec(),
+            truncated: s.truncated,
+            on_cpu: s.on_cpu,
+            name: s.thread_name.to_owned(),
+        });
+    }
+    fn error(&mut self, e: span_profile_core::WalkError) {
+        self.errors.push(e);
+    }
+}

@@ -3,38 +3,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use span_profile_core::{Frame, RawFrame, RawSample, StackSink, StackWalker, WalkError};
+use span_profile_core::{Frame, StackWalker, WalkError};
 
-use super::testing::{FakeFrame, ImageBuilder};
+use super::testing::{Collected, FakeFrame, ImageBuilder};
 use super::{CpuTimeSource, FakeMemory, PythonVersion, PythonWalker, SetupError, WalkerConfig};
-
-#[derive(Debug, Clone)]
-struct Owned {
-    thread: u64,
-    frames: Vec<RawFrame>,
-    truncated: bool,
-    name: String,
-}
-
-#[derive(Default)]
-struct Collect {
-    samples: Vec<Owned>,
-    errors: Vec<WalkError>,
-}
-
-impl StackSink for Collect {
-    fn sample(&mut self, s: &RawSample<'_>) {
-        self.samples.push(Owned {
-            thread: s.key.thread,
-            frames: s.frames.to_vec(),
-            truncated: s.truncated,
-            name: s.thread_name.to_owned(),
-        });
-    }
-    fn error(&mut self, e: WalkError) {
-        self.errors.push(e);
-    }
-}
 
 fn versions() -> impl Iterator<Item = PythonVersion> {
     (9..=13).map(|m| PythonVersion::new(3, m))
@@ -48,8 +20,8 @@ fn walker(b: &ImageBuilder, cfg: WalkerConfig) -> PythonWalker<FakeMemory> {
     PythonWalker::new(b.mem.clone(), b.target(), cfg).expect("walker over fake image")
 }
 
-fn walk_once(w: &mut PythonWalker<FakeMemory>) -> Collect {
-    let mut c = Collect::default();
+fn walk_once(w: &mut PythonWalker<FakeMemory>) -> Collected {
+    let mut c = Collected::default();
     w.walk(&mut c);
     c
 }
@@ -242,11 +214,11 @@ fn reused_code_address_gets_a_new_id() {
         current: Arc::clone(&switch),
     };
     let mut w = PythonWalker::new(mem, b.target(), config()).unwrap();
-    let mut c = Collect::default();
+    let mut c = Collected::default();
     w.walk(&mut c);
     let first = c.samples[0].frames[0];
     switch.store(1, Ordering::Relaxed);
-    let mut c = Collect::default();
+    let mut c = Collected::default();
     w.walk(&mut c);
     let second = c.samples[0].frames[0];
     assert_ne!(second.id, first.id);
@@ -358,7 +330,7 @@ fn random_corruption_never_panics() {
                 mem.write_u64(addr & !7, val);
             }
             if let Ok(mut w) = PythonWalker::new(mem, b.target(), config()) {
-                let mut c = Collect::default();
+                let mut c = Collected::default();
                 w.walk(&mut c);
                 for s in &c.samples {
                     assert!(s.frames.len() <= 128);
@@ -369,4 +341,13 @@ fn random_corruption_never_panics() {
             }
         }
     }
+}
+
+#[test]
+fn current_process_without_libpython_is_a_clear_error() {
+    // The test binary has no interpreter: the symbol lookup fails cleanly.
+    assert_eq!(super::find_runtime(), None);
+    let err = PythonWalker::for_current_process(PythonVersion::new(3, 12), config()).unwrap_err();
+    assert_eq!(err, SetupError::SymbolNotFound("_PyRuntime\0"));
+    assert_eq!(err.to_string(), "symbol _PyRuntime not found");
 }
