@@ -182,6 +182,170 @@ impl Report {
     pub fn top(&self, n: usize) -> &[FrameCost] {
         &self.frames[..n.min(self.frames.len())]
     }
+
+    /// Adds the report of other windows, made with the same filter: counts add up and frames
+    /// are summed by function and file, then sorted again.
+    ///
+    /// Exact for filters without a span: then a report over windows `a ++ b` equals the merge
+    /// of the reports over `a` and over `b`, so windows can be read and reported one at a
+    /// time. A span's descendants and coverage need the whole span table: report a span over
+    /// all its windows at once. Here the first report that has a span or coverage keeps it.
+    ///
+    /// ```
+    /// use span_profile_core::query::{report, Filter, Report};
+    /// # let (a, b): (Vec<span_profile_core::Profile>, Vec<span_profile_core::Profile>) = (vec![], vec![]);
+    /// let f = Filter::default().route("/checkout");
+    /// let mut r = Report::default();
+    /// r.merge(report(&a, &f));
+    /// r.merge(report(&b, &f));
+    /// ```
+    pub fn merge(&mut self, other: Report) {
+        self.samples += other.samples;
+        self.cpu_samples += other.cpu_samples;
+        self.window_samples += other.window_samples;
+        self.window_cpu_samples += other.window_cpu_samples;
+        self.windows += other.windows;
+        if self.span.is_none() {
+            self.span = other.span;
+        }
+        if self.coverage.is_none() {
+            self.coverage = other.coverage;
+        }
+        if other.frames.is_empty() {
+            return;
+        }
+        if self.frames.is_empty() {
+            self.frames = other.frames;
+            return;
+        }
+        let mut at: HashMap<(String, String), usize> = self
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| ((f.function.clone(), f.file.clone()), i))
+            .collect();
+        for f in other.frames {
+            match at.get(&(f.function.clone(), f.file.clone())) {
+                Some(&i) => {
+                    self.frames[i].self_samples += f.self_samples;
+                    self.frames[i].total_samples += f.total_samples;
+                }
+                None => {
+                    at.insert((f.function.clone(), f.file.clone()), self.frames.len());
+                    self.frames.push(f);
+                }
+            }
+        }
+        sort_frames(&mut self.frames);
+    }
+}
+
+/// By total samples, then self samples (both descending), then function name.
+fn sort_frames(frames: &mut [FrameCost]) {
+    frames.sort_by(|a, b| {
+        (b.total_samples, b.self_samples, &a.function).cmp(&(
+            a.total_samples,
+            a.self_samples,
+            &b.function,
+        ))
+    });
+}
+
+/// Sample counts by key (a frame, a route, a folded stack) and the selection's total: the
+/// mergeable form of the share questions below. Tallies of disjoint windows made with the
+/// same filter [`merge`](Tally::merge) into the tally of all of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    /// Samples of the whole selection.
+    pub total: u64,
+    /// Samples by key.
+    pub counts: HashMap<String, u64>,
+}
+
+impl Tally {
+    /// Adds another tally.
+    pub fn merge(&mut self, other: Tally) {
+        self.total += other.total;
+        if self.counts.is_empty() {
+            self.counts = other.counts;
+            return;
+        }
+        for (k, n) in other.counts {
+            *self.counts.entry(k).or_default() += n;
+        }
+    }
+
+    /// `key`'s share of the total (0 when the total is 0).
+    pub fn share(&self, key: &str) -> f64 {
+        ratio(self.counts.get(key).copied().unwrap_or(0), self.total)
+    }
+
+    /// Keys by count, largest first, ties by key.
+    pub fn sorted(&self) -> Vec<(&str, u64)> {
+        let mut v: Vec<(&str, u64)> = self.counts.iter().map(|(k, &n)| (k.as_str(), n)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        v
+    }
+
+    fn add(&mut self, key: &str, n: u64) {
+        match self.counts.get_mut(key) {
+            Some(c) => *c += n,
+            None => {
+                self.counts.insert(key.to_string(), n);
+            }
+        }
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// CPU samples by outermost (top-level) frame of each stack: where a service's CPU goes, by
+/// entry point. Stacks with no frames count under `""`.
+pub fn cpu_by_root_frame(profiles: &[Profile], filter: &Filter) -> Tally {
+    let mut t = Tally::default();
+    for_each_sample(profiles, filter, |p, s| {
+        if s.cpu_samples == 0 {
+            return;
+        }
+        t.total += s.cpu_samples;
+        let root = p
+            .stack_frames(s.stack)
+            .last()
+            .map_or("", |f| f.function.as_str());
+        t.add(root, s.cpu_samples);
+    });
+    t
+}
+
+/// Wall samples by folded stack, `root;caller;leaf` (function names, `;` in a name replaced by
+/// `:`), the input of a flame graph.
+pub fn folded_stacks(profiles: &[Profile], filter: &Filter) -> Tally {
+    let mut t = Tally::default();
+    let mut names: Vec<&str> = Vec::new();
+    let mut line = String::new();
+    for_each_sample(profiles, filter, |p, s| {
+        if s.wall_samples == 0 {
+            return;
+        }
+        t.total += s.wall_samples;
+        names.clear();
+        names.extend(p.stack_frames(s.stack).map(|f| f.function.as_str()));
+        line.clear();
+        for (i, n) in names.iter().rev().enumerate() {
+            if i > 0 {
+                line.push(';');
+            }
+            line.extend(n.chars().map(|c| if c == ';' { ':' } else { c }));
+        }
+        t.add(&line, s.wall_samples);
+    });
+    t
 }
 
 /// Applies `filter` sample by sample, calling `f` for each selected sample of each window.
@@ -247,13 +411,7 @@ pub fn report(profiles: &[Profile], filter: &Filter) -> Report {
             },
         )
         .collect();
-    frames.sort_by(|a, b| {
-        (b.total_samples, b.self_samples, &a.function).cmp(&(
-            a.total_samples,
-            a.self_samples,
-            &b.function,
-        ))
-    });
+    sort_frames(&mut frames);
     r.frames = frames;
     if let Some(id) = filter.span_id {
         let index = span_index(profiles);
@@ -295,36 +453,83 @@ pub struct SpanSummary {
     pub samples: u64,
 }
 
-/// Ended spans of the selected windows, slowest first, with their own sample counts.
-pub fn spans(profiles: &[Profile], filter: &Filter) -> Vec<SpanSummary> {
-    let selected: Vec<&Profile> = profiles
-        .iter()
-        .filter(|p| filter.matches_window(p))
-        .collect();
-    let mut counts: HashMap<SpanId, u64> = HashMap::new();
-    for p in &selected {
-        for s in &p.samples {
-            if let Some(c) = s.span {
-                *counts.entry(c.span_id).or_default() += s.wall_samples;
+/// The span table and per-span sample counts of some windows: the mergeable form of
+/// [`spans`]. Tallies of disjoint windows made with the same filter merge into the tally of
+/// all of them, so windows can be read one at a time.
+#[derive(Debug, Clone, Default)]
+pub struct SpanTally {
+    records: HashMap<SpanId, SpanRecord>,
+    samples: HashMap<SpanId, u64>,
+}
+
+impl SpanTally {
+    /// Adds the span records (of the trace, if the filter names one) and the span sample
+    /// counts of the windows that pass `filter`'s window test.
+    pub fn add(&mut self, profiles: &[Profile], filter: &Filter) {
+        for p in profiles.iter().filter(|p| filter.matches_window(p)) {
+            for s in &p.samples {
+                if let Some(c) = s.span {
+                    *self.samples.entry(c.span_id).or_default() += s.wall_samples;
+                }
+            }
+            for r in p
+                .spans
+                .iter()
+                .filter(|r| filter.trace_id.is_none_or(|t| r.trace_id == t))
+            {
+                self.add_record(r.clone());
             }
         }
     }
-    let mut out: Vec<SpanSummary> = span_index(profiles)
-        .into_values()
-        .filter(|s| s.end_unix_ns.is_some())
-        .filter(|s| filter.trace_id.is_none_or(|t| s.trace_id == t))
-        .map(|span| SpanSummary {
-            samples: counts.get(&span.span_id).copied().unwrap_or(0),
-            span,
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        b.span
-            .duration_ns()
-            .cmp(&a.span.duration_ns())
-            .then(a.span.span_id.cmp(&b.span.span_id))
-    });
-    out
+
+    /// Adds another tally.
+    pub fn merge(&mut self, other: SpanTally) {
+        for (id, n) in other.samples {
+            *self.samples.entry(id).or_default() += n;
+        }
+        for r in other.records.into_values() {
+            self.add_record(r);
+        }
+    }
+
+    /// An ended record wins over an open one.
+    fn add_record(&mut self, r: SpanRecord) {
+        match self.records.get(&r.span_id) {
+            Some(existing) if existing.end_unix_ns.is_some() => {}
+            _ => {
+                self.records.insert(r.span_id, r);
+            }
+        }
+    }
+
+    /// Ended spans, slowest first (ties by span id), with their own sample counts.
+    pub fn finish(self) -> Vec<SpanSummary> {
+        let counts = self.samples;
+        let mut out: Vec<SpanSummary> = self
+            .records
+            .into_values()
+            .filter(|s| s.end_unix_ns.is_some())
+            .map(|span| SpanSummary {
+                samples: counts.get(&span.span_id).copied().unwrap_or(0),
+                span,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.span
+                .duration_ns()
+                .cmp(&a.span.duration_ns())
+                .then(a.span.span_id.cmp(&b.span.span_id))
+        });
+        out
+    }
+}
+
+/// Ended spans of the selected windows (and of the filter's trace, if it names one), slowest
+/// first, with their own sample counts.
+pub fn spans(profiles: &[Profile], filter: &Filter) -> Vec<SpanSummary> {
+    let mut t = SpanTally::default();
+    t.add(profiles, filter);
+    t.finish()
 }
 
 /// The slowest ended span with this name, if any.
@@ -348,6 +553,19 @@ pub struct RouteShare {
     pub share_of_total: f64,
 }
 
+/// CPU samples of `function` (anywhere on the stack) by route, with the CPU samples of the
+/// whole selection as the total: the mergeable form of [`routes_for_frame`].
+pub fn frame_cpu_by_route(profiles: &[Profile], filter: &Filter, function: &str) -> Tally {
+    let mut t = Tally::default();
+    for_each_sample(profiles, filter, |p, s| {
+        t.total += s.cpu_samples;
+        if s.cpu_samples > 0 && p.stack_frames(s.stack).any(|f| f.function == function) {
+            t.add(&s.route, s.cpu_samples);
+        }
+    });
+    t
+}
+
 /// The reverse query: which routes produce `function`'s CPU samples. Returns the frame's share
 /// of all CPU samples and the per-route breakdown, largest first.
 pub fn routes_for_frame(
@@ -355,31 +573,23 @@ pub fn routes_for_frame(
     filter: &Filter,
     function: &str,
 ) -> (f64, Vec<RouteShare>) {
-    let mut total = 0u64;
-    let mut per_route: HashMap<&str, u64> = HashMap::new();
-    for_each_sample(profiles, filter, |p, s| {
-        total += s.cpu_samples;
-        if s.cpu_samples > 0 && p.stack_frames(s.stack).any(|f| f.function == function) {
-            *per_route.entry(&s.route).or_default() += s.cpu_samples;
-        }
-    });
-    let frame_total: u64 = per_route.values().sum();
-    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-    let mut out: Vec<RouteShare> = per_route
+    route_shares(&frame_cpu_by_route(profiles, filter, function))
+}
+
+/// [`routes_for_frame`]'s answer from a [`frame_cpu_by_route`] tally.
+pub fn route_shares(t: &Tally) -> (f64, Vec<RouteShare>) {
+    let frame_total: u64 = t.counts.values().sum();
+    let out = t
+        .sorted()
         .into_iter()
         .map(|(route, n)| RouteShare {
             route: route.to_string(),
             cpu_samples: n,
             share_of_frame: ratio(n, frame_total),
-            share_of_total: ratio(n, total),
+            share_of_total: ratio(n, t.total),
         })
         .collect();
-    out.sort_by(|a, b| {
-        b.cpu_samples
-            .cmp(&a.cpu_samples)
-            .then(a.route.cmp(&b.route))
-    });
-    (ratio(frame_total, total), out)
+    (ratio(frame_total, t.total), out)
 }
 
 /// A frame whose share of CPU changed between two selections.
@@ -400,44 +610,45 @@ impl FrameChange {
     }
 }
 
-fn cpu_shares(profiles: &[Profile], filter: &Filter) -> HashMap<String, f64> {
-    let mut total = 0u64;
-    let mut per: HashMap<&str, u64> = HashMap::new();
+/// CPU samples by function, inclusive (counted once per sample wherever it is on the stack),
+/// with the selection's CPU samples as the total: the mergeable input of [`diff_tallies`].
+pub fn cpu_by_frame(profiles: &[Profile], filter: &Filter) -> Tally {
+    let mut t = Tally::default();
     let mut seen: HashSet<&str> = HashSet::new();
     for_each_sample(profiles, filter, |p, s| {
-        total += s.cpu_samples;
+        t.total += s.cpu_samples;
+        if s.cpu_samples == 0 {
+            return;
+        }
         seen.clear();
         for f in p.stack_frames(s.stack) {
             if seen.insert(&f.function) {
-                *per.entry(&f.function).or_default() += s.cpu_samples;
+                t.add(&f.function, s.cpu_samples);
             }
         }
     });
-    per.into_iter()
-        .map(|(f, n)| {
-            (
-                f.to_string(),
-                if total == 0 {
-                    0.0
-                } else {
-                    n as f64 / total as f64
-                },
-            )
-        })
-        .collect()
+    t
 }
 
 /// Frames whose inclusive share of CPU grew by more than `threshold` (e.g. 0.02 = two points)
 /// from `old` to `new`, largest growth first.
 pub fn diff(profiles: &[Profile], old: &Filter, new: &Filter, threshold: f64) -> Vec<FrameChange> {
-    let a = cpu_shares(profiles, old);
-    let b = cpu_shares(profiles, new);
-    let mut out: Vec<FrameChange> = b
-        .iter()
-        .map(|(f, &n)| FrameChange {
+    diff_tallies(
+        &cpu_by_frame(profiles, old),
+        &cpu_by_frame(profiles, new),
+        threshold,
+    )
+}
+
+/// [`diff`] from two [`cpu_by_frame`] tallies.
+pub fn diff_tallies(old: &Tally, new: &Tally, threshold: f64) -> Vec<FrameChange> {
+    let mut out: Vec<FrameChange> = new
+        .counts
+        .keys()
+        .map(|f| FrameChange {
             function: f.clone(),
-            old_share: a.get(f).copied().unwrap_or(0.0),
-            new_share: n,
+            old_share: old.share(f),
+            new_share: new.share(f),
         })
         .filter(|c| c.growth() > threshold)
         .collect();

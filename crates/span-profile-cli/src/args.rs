@@ -1,0 +1,288 @@
+//! Parsers for command-line values: times, durations, ids and `key=value` selectors. Every
+//! error names the form that is expected.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use span_profile_core::{SpanId, TraceId};
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+const NS_PER_DAY: u64 = 86_400 * NS_PER_SEC;
+
+/// The current time, Unix nanoseconds.
+pub(crate) fn now_unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A duration such as `500ms`, `30m`, `2h`, `14d` or `1h30m`, in nanoseconds (more than 0).
+pub(crate) fn parse_duration(s: &str) -> Result<u64, String> {
+    let expected =
+        "expected a duration such as 90s, 30m, 2h, 14d or 1h30m (units: ns, us, ms, s, m, h, d, w)";
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(format!("empty duration; {expected}"));
+    }
+    let mut total: u64 = 0;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(format!("{s:?} is not a duration; {expected}"));
+        }
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{s:?}: number too large; {expected}"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let unit = match &rest[..unit_len] {
+            "ns" => 1,
+            "us" => 1_000,
+            "ms" => 1_000_000,
+            "s" => NS_PER_SEC,
+            "m" => 60 * NS_PER_SEC,
+            "h" => 3_600 * NS_PER_SEC,
+            "d" => NS_PER_DAY,
+            "w" => 7 * NS_PER_DAY,
+            "" => return Err(format!("{s:?} has a number without a unit; {expected}")),
+            u => return Err(format!("{s:?} has an unknown unit {u:?}; {expected}")),
+        };
+        rest = &rest[unit_len..];
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(|| format!("{s:?} is too long; {expected}"))?;
+    }
+    if total == 0 {
+        return Err(format!("{s:?} is zero; {expected}"));
+    }
+    Ok(total)
+}
+
+/// A point in time: RFC 3339 (`2024-05-01T12:00:00Z`, `2024-05-01T14:00:00.5+02:00`), `now`,
+/// or relative to now (`-2h`, `-1d12h`). Unix nanoseconds.
+pub(crate) fn parse_time(s: &str) -> Result<u64, String> {
+    parse_time_at(s, now_unix_ns())
+}
+
+fn parse_time_at(s: &str, now: u64) -> Result<u64, String> {
+    let expected = "expected RFC 3339 (2024-05-01T12:00:00Z, 2024-05-01T14:00:00+02:00), now, or a time relative to now (-2h, -30m, -7d)";
+    let t = s.trim();
+    if t == "now" {
+        return Ok(now);
+    }
+    if let Some(ago) = t.strip_prefix('-') {
+        let d = parse_duration(ago).map_err(|e| format!("{e}; {expected}"))?;
+        return Ok(now.saturating_sub(d));
+    }
+    parse_rfc3339(t).ok_or_else(|| format!("{s:?} is not a time; {expected}"))
+}
+
+fn parse_rfc3339(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    if b.len() < 20 || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<u32> {
+        let part = s.get(r)?;
+        if !part.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        part.parse().ok()
+    };
+    if b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut frac_ns: u64 = 0;
+    if let Some(f) = rest.strip_prefix('.') {
+        let n = f.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return None;
+        }
+        for (i, c) in f[..n].bytes().enumerate().take(9) {
+            frac_ns += u64::from(c - b'0') * 10u64.pow(8 - i as u32);
+        }
+        rest = &f[n..];
+    }
+    let offset_s: i64 = match rest {
+        "Z" | "z" => 0,
+        o if o.len() == 6 && matches!(&o[..1], "+" | "-") && &o[3..4] == ":" => {
+            let oh: i64 = o[1..3].parse().ok()?;
+            let om: i64 = o[4..6].parse().ok()?;
+            let v = oh * 3600 + om * 60;
+            if o.starts_with('-') {
+                -v
+            } else {
+                v
+            }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(i64::from(y), mo, d);
+    let secs = days * 86_400 + i64::from(h * 3600 + mi * 60 + sec) - offset_s;
+    let secs = u64::try_from(secs).ok()?;
+    secs.checked_mul(NS_PER_SEC)?.checked_add(frac_ns)
+}
+
+/// Unix nanoseconds as RFC 3339 UTC with millisecond precision.
+pub(crate) fn format_rfc3339(unix_ns: u64) -> String {
+    let secs = unix_ns / NS_PER_SEC;
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let sod = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60,
+        unix_ns % NS_PER_SEC / 1_000_000
+    )
+}
+
+/// (year, month, day) → days since 1970-01-01 (H. Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468
+}
+
+/// Days since 1970-01-01 → (year, month, day), the inverse of [`days_from_civil`].
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// A span id: 16 hex digits.
+pub(crate) fn parse_span_id(s: &str) -> Result<SpanId, String> {
+    s.parse().map_err(|e| {
+        format!("{s:?} is not a span id ({e}); expected 16 hex digits, e.g. 00f067aa0ba902b7")
+    })
+}
+
+/// A trace id: 32 hex digits.
+pub(crate) fn parse_trace_id(s: &str) -> Result<TraceId, String> {
+    s.parse().map_err(|e| {
+        format!("{s:?} is not a trace id ({e}); expected 32 hex digits, e.g. 4bf92f3577b34da6a3ce929d0e0e4736")
+    })
+}
+
+/// A non-negative integer of nanoseconds.
+pub(crate) fn parse_unix_ns(s: &str) -> Result<u64, String> {
+    s.parse().map_err(|_| {
+        format!("{s:?} is not a time in Unix nanoseconds; expected an integer such as 1714564800000000000")
+    })
+}
+
+/// A fraction such as `0.02` (two points of share), between 0 and 1.
+pub(crate) fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a fraction; expected a number from 0 to 1, e.g. 0.02 for two points"
+        )),
+    }
+}
+
+/// What a `diff` side selects: `version=1.4.2` (the only key so far).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VersionSelector(pub(crate) String);
+
+pub(crate) fn parse_version_selector(s: &str) -> Result<VersionSelector, String> {
+    match s.split_once('=') {
+        Some(("version", v)) if !v.is_empty() => Ok(VersionSelector(v.to_string())),
+        _ => Err(format!(
+            "{s:?} is not a deploy selector; expected version=VALUE, e.g. version=1.4.2"
+        )),
+    }
+}
+
+/// Nanoseconds as a short human duration: `720 ms`, `4.2 ms`, `12.5 s`, `3.0 min`.
+pub(crate) fn format_duration_ns(ns: u64) -> String {
+    let ms = ns as f64 / 1e6;
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 10_000.0 {
+        format!("{ms:.0} ms")
+    } else if ms < 600_000.0 {
+        format!("{:.1} s", ms / 1e3)
+    } else {
+        format!("{:.1} min", ms / 60e3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30m"), Ok(1_800 * NS_PER_SEC));
+        assert_eq!(parse_duration("14d"), Ok(14 * NS_PER_DAY));
+        assert_eq!(parse_duration("1h30m"), Ok(5_400 * NS_PER_SEC));
+        assert_eq!(parse_duration("500ms"), Ok(500_000_000));
+        for bad in ["", "5", "m", "3x", "0s", "-1h", "99999999999999999999d"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains("expected a duration such as"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn times() {
+        let now = 1_714_564_800 * NS_PER_SEC; // 2024-05-01T12:00:00Z
+        assert_eq!(parse_time_at("2024-05-01T12:00:00Z", now), Ok(now));
+        assert_eq!(parse_time_at("2024-05-01T14:00:00+02:00", now), Ok(now));
+        assert_eq!(
+            parse_time_at("2024-05-01T12:00:00.25Z", now),
+            Ok(now + 250_000_000)
+        );
+        assert_eq!(parse_time_at("-2h", now), Ok(now - 7_200 * NS_PER_SEC));
+        assert_eq!(parse_time_at("now", now), Ok(now));
+        for bad in [
+            "yesterday",
+            "2024-05-01",
+            "2024-13-01T00:00:00Z",
+            "-2",
+            "2h",
+        ] {
+            let e = parse_time_at(bad, now).unwrap_err();
+            assert!(e.contains("expected RFC 3339"), "{bad}: {e}");
+        }
+        assert_eq!(format_rfc3339(now + 5_000_000), "2024-05-01T12:00:00.005Z");
+        for days in [0i64, 59, 365, 11_016, 19_844, 30_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+    }
+
+    #[test]
+    fn ids_and_selectors() {
+        assert!(parse_span_id("00f067aa0ba902b7").is_ok());
+        assert!(parse_span_id("xyz").unwrap_err().contains("16 hex digits"));
+        assert!(parse_trace_id("12").unwrap_err().contains("32 hex digits"));
+        assert_eq!(
+            parse_version_selector("version=2.0"),
+            Ok(VersionSelector("2.0".into()))
+        );
+        assert!(parse_version_selector("2.0")
+            .unwrap_err()
+            .contains("version=VALUE"));
+        assert!(parse_fraction("2").is_err());
+        assert_eq!(format_duration_ns(720_000_000), "720 ms");
+        assert_eq!(format_duration_ns(4_200_000), "4.2 ms");
+    }
+}

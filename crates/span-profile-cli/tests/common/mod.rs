@@ -1,0 +1,264 @@
+//! Shared by the end-to-end tests: a store written by the real pipeline (core `Profiler` with
+//! a walker, the `FileStore` exporter, spans started in the span table and entered in the
+//! registry), and a way to run the built binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use span_profile_core::{
+    ActiveSpan, ExecutionKey, Frame, Profiler, RawFrame, RawSample, SpanId, SpanStart, StackSink,
+    StackWalker, TraceId,
+};
+use span_profile_export::FileStore;
+
+/// A directory under the system temp dir, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> Self {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let p = std::env::temp_dir().join(format!(
+            "span-profile-cli-{name}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The stacks of the checkout scenario, leaf first.
+pub const PARSE_DATE: &[&str] = &["parse_date", "calculate", "handle", "serve"];
+pub const APPLY_DISCOUNT: &[&str] = &["apply_discount", "calculate", "handle", "serve"];
+pub const CALCULATE: &[&str] = &["calculate", "handle", "serve"];
+pub const HANDLE: &[&str] = &["render", "handle", "serve"];
+pub const LIST_ORDERS: &[&str] = &["parse_date", "list_orders", "handle", "serve"];
+pub const IDLE: &[&str] = &["wait", "idle_loop"];
+
+/// A walker with two threads: thread 1 (the request thread) runs whatever stack the test
+/// sets with [`Script::set`], thread 2 always idles in `idle_loop`.
+#[derive(Debug, Clone, Default)]
+pub struct Script {
+    current: Arc<AtomicUsize>,
+}
+
+const STACKS: &[&[&str]] = &[
+    IDLE,
+    PARSE_DATE,
+    APPLY_DISCOUNT,
+    CALCULATE,
+    HANDLE,
+    LIST_ORDERS,
+];
+
+fn frame_id(name: &str) -> u64 {
+    let all: Vec<&str> = STACKS.iter().flat_map(|s| s.iter().copied()).collect();
+    all.iter().position(|n| *n == name).unwrap() as u64 + 1
+}
+
+impl Script {
+    /// Thread 1 runs `stack` from now on.
+    pub fn set(&self, stack: &[&str]) {
+        let i = STACKS.iter().position(|s| *s == stack).unwrap();
+        // Relaxed: the sampler only needs to see the change eventually.
+        self.current.store(i, Ordering::Relaxed);
+    }
+
+    pub fn walker(&self) -> ScriptWalker {
+        ScriptWalker {
+            current: self.current.clone(),
+            raw: STACKS
+                .iter()
+                .map(|s| {
+                    s.iter()
+                        .map(|n| RawFrame {
+                            id: frame_id(n),
+                            line: 1,
+                        })
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ScriptWalker {
+    current: Arc<AtomicUsize>,
+    raw: Vec<Vec<RawFrame>>,
+}
+
+impl StackWalker for ScriptWalker {
+    fn walk(&mut self, sink: &mut dyn StackSink) {
+        let i = self.current.load(Ordering::Relaxed);
+        for (key, stack, name) in [(1, i, "request"), (2, 0, "idler")] {
+            sink.sample(&RawSample {
+                key: ExecutionKey::thread(key),
+                frames: &self.raw[stack],
+                truncated: false,
+                on_cpu: true,
+                thread_name: name,
+                task_name: None,
+                span: None,
+                weight: 1,
+            });
+        }
+    }
+
+    fn symbolize(&mut self, raw: RawFrame) -> Frame {
+        let all: Vec<&str> = STACKS.iter().flat_map(|s| s.iter().copied()).collect();
+        Frame::new(all[raw.id as usize - 1], "app.py", raw.line)
+    }
+}
+
+/// A profiler writing to a file store at `dir`, sampling `script` at 100 Hz.
+pub fn profiler(dir: &Path, service: &str, version: &str, script: &Script) -> Profiler {
+    Profiler::builder()
+        .with_service(service)
+        .with_version(version)
+        .with_instance("test-1")
+        .with_sample_rate_hz(100)
+        .with_walker(script.walker())
+        .with_exporter(FileStore::new(dir))
+        .start()
+        .unwrap()
+}
+
+pub fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// A span started in the span table and entered on thread 1, as the span hooks do.
+pub struct Span<'a> {
+    profiler: &'a Profiler,
+    pub id: SpanId,
+    pub active: ActiveSpan,
+}
+
+pub fn start_span<'a>(
+    profiler: &'a Profiler,
+    trace: u128,
+    id: u64,
+    parent: Option<u64>,
+    name: &str,
+    route: Option<&str>,
+) -> Span<'a> {
+    let span_id = SpanId::from_u64(id).unwrap();
+    let active = profiler.span_table().start(SpanStart {
+        trace_id: TraceId::from_u128(trace).unwrap(),
+        span_id,
+        parent_span_id: parent.map(|p| SpanId::from_u64(p).unwrap()),
+        parent_is_remote: false,
+        name,
+        route,
+        start_unix_ns: unix_ns(),
+    });
+    profiler.registry().enter(ExecutionKey::thread(1), active);
+    Span {
+        profiler,
+        id: span_id,
+        active,
+    }
+}
+
+impl Span<'_> {
+    pub fn end(self) {
+        self.profiler
+            .registry()
+            .exit(ExecutionKey::thread(1), self.id);
+        self.profiler.span_table().end(self.id, unix_ns(), None);
+    }
+}
+
+pub fn ms(n: u64) {
+    std::thread::sleep(Duration::from_millis(n));
+}
+
+/// The checkout scenario, recorded into `dir`: trace 0xfeed with `POST /checkout` (span 1,
+/// route `/checkout`) around `pricing.calculate` (span 2, about 720 ms: mostly `parse_date`,
+/// some `apply_discount`), then a quicker `pricing.calculate` (span 3, about 150 ms) in trace
+/// 0xbeef, and a `GET /orders` request (span 4, trace 0xcafe) that also parses dates.
+pub fn record_checkout(dir: &Path, version: &str) {
+    let script = Script::default();
+    let p = profiler(dir, "checkout", version, &script);
+    let root = start_span(&p, 0xfeed, 1, None, "POST /checkout", Some("/checkout"));
+    script.set(HANDLE);
+    ms(50);
+    let calc = start_span(&p, 0xfeed, 2, Some(1), "pricing.calculate", None);
+    script.set(PARSE_DATE);
+    ms(560);
+    script.set(APPLY_DISCOUNT);
+    ms(90);
+    script.set(CALCULATE);
+    ms(70);
+    calc.end();
+    script.set(HANDLE);
+    ms(30);
+    root.end();
+
+    let root = start_span(&p, 0xbeef, 5, None, "POST /checkout", Some("/checkout"));
+    let calc = start_span(&p, 0xbeef, 3, Some(5), "pricing.calculate", None);
+    script.set(APPLY_DISCOUNT);
+    ms(150);
+    calc.end();
+    root.end();
+
+    let orders = start_span(&p, 0xcafe, 4, None, "GET /orders", Some("/orders"));
+    script.set(LIST_ORDERS);
+    ms(200);
+    orders.end();
+    script.set(IDLE);
+    p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
+}
+
+/// Runs the built `span-profile` with `args`.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_span-profile"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs and expects exit code `code`, returning stdout.
+pub fn run_ok(args: &[&str], code: i32) -> String {
+    let o = run(args);
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "span-profile {args:?}\nstdout:\n{}\nstderr:\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}

@@ -1,0 +1,50 @@
+//! `top DIR --slowest NAME`: the report of the slowest ended span with that name, in the shape
+//! the README demo shows.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn the_slowest_pricing_calculate_is_reported_with_its_frames_and_coverage() {
+    let dir = TempDir::new("slowest");
+    record_checkout(dir.path(), "1.0");
+
+    let out = run_ok(&["top", s(dir.path()), "--slowest", "pricing.calculate"], 0);
+    let lines: Vec<&str> = out.lines().collect();
+    // span pricing.calculate 720 ms -> 72 samples (timing varies with the machine's load)
+    let head: Vec<&str> = lines[0].split(' ').collect();
+    assert_eq!(&head[..2], ["span", "pricing.calculate"], "{out}");
+    let ms: u64 = head[2].parse().unwrap();
+    assert!(
+        (700..1500).contains(&ms),
+        "the slower span is picked: {out}"
+    );
+    assert_eq!(&head[3..5], ["ms", "->"], "{out}");
+    assert_eq!(head[6], "samples", "{out}");
+    let samples: u64 = head[5].parse().unwrap();
+    assert!(samples > 20, "{out}");
+
+    // The frames on every sample (calculate, handle, serve) are left out; parse_date leads.
+    let frames: Vec<(u64, &str)> = lines[1..lines.len() - 1]
+        .iter()
+        .map(|l| {
+            assert!(l.starts_with("  "), "frame lines are indented: {l:?}");
+            let (n, f) = l.trim_start().split_once("  ").unwrap();
+            (n.parse().unwrap(), f)
+        })
+        .collect();
+    assert_eq!(frames[0].1, "parse_date", "{out}");
+    assert_eq!(frames[1].1, "apply_discount", "{out}");
+    assert!(frames[0].0 > 3 * frames[1].0, "{out}");
+    assert!(frames.iter().all(|(_, f)| *f != "serve"), "{out}");
+
+    let cov = lines.last().unwrap();
+    assert!(
+        cov.starts_with(&format!(
+            "coverage: {samples} samples for {ms} ms at 100 Hz (expected "
+        )),
+        "{out}"
+    );
+    assert!(cov.ends_with(": ok") || cov.contains(": low"), "{out}");
+}
