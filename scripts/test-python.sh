@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Runs the span_profile Python specs (crates/span-profile-python/tests/python) on every CPython
+# 3.9-3.13 installed under pyenv.
+#
+# The extension is abi3 (one wheel for 3.9+), so the wheel is built once, with maturin from a
+# build venv, and installed into one venv per interpreter: target/venvs/<version>. Each venv gets
+# opentelemetry-sdk, pytest, protobuf and py-spy (the walker's oracle tests use it).
+#
+#   scripts/test-python.sh                 # every version found
+#   SPAN_PROFILE_PYTHONS="3.11" scripts/test-python.sh
+#   scripts/test-python.sh -k fork         # extra arguments go to pytest
+#
+# A missing version is skipped with a note, or fails the run when CI=true. Exits nonzero if any
+# step or any version fails (pytest's "no tests collected", exit code 5, counts as a failure).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYENV_ROOT="${PYENV_ROOT:-/root/.pyenv}"
+VERSIONS="${SPAN_PROFILE_PYTHONS:-3.9 3.10 3.11 3.12 3.13}"
+VENVS="$ROOT/target/venvs"
+WHEELS="$ROOT/target/span-profile-wheels"
+TESTS="$ROOT/crates/span-profile-python/tests/python"
+PIP_FLAGS=(--quiet --disable-pip-version-check)
+
+note() { printf '== %s\n' "$*" >&2; }
+
+# The newest installed CPython x.y under pyenv (GIL build), or nothing.
+find_python() {
+    local minor="$1" best=""
+    for d in "$PYENV_ROOT"/versions/"$minor".*; do
+        [[ -x "$d/bin/python" ]] || continue
+        [[ "$(basename "$d")" =~ ^"$minor"\.[0-9]+$ ]] || continue
+        best="$d"
+    done
+    [[ -n "$best" ]] && printf '%s\n' "$best/bin/python"
+}
+
+# venv_for <python> <name>: a venv with the test tools, reused across runs.
+venv_for() {
+    local py="$1" dir="$VENVS/$2"
+    if [[ ! -x "$dir/bin/python" ]]; then
+        "$py" -m venv "$dir" >&2
+    fi
+    "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" --upgrade pip >&2
+    "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" opentelemetry-sdk pytest protobuf py-spy >&2
+    printf '%s\n' "$dir"
+}
+
+declare -a found=() missing=()
+for v in $VERSIONS; do
+    if py="$(find_python "$v")"; then
+        found+=("$py")
+    else
+        missing+=("$v")
+    fi
+done
+if ((${#missing[@]})); then
+    if [[ "${CI:-}" == "true" ]]; then
+        note "missing CPython ${missing[*]} under $PYENV_ROOT/versions (required when CI=true)"
+        exit 1
+    fi
+    note "skipping missing CPython ${missing[*]} (not under $PYENV_ROOT/versions)"
+fi
+if ((${#found[@]} == 0)); then
+    note "no CPython 3.9-3.13 found under $PYENV_ROOT/versions"
+    exit 1
+fi
+
+# Build the abi3 wheel once, with the first interpreter found.
+build_py="${found[0]}"
+build_venv="$VENVS/build-$(basename "$(dirname "$(dirname "$build_py")")")"
+[[ -x "$build_venv/bin/python" ]] || "$build_py" -m venv "$build_venv"
+"$build_venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "maturin>=1.5,<2"
+rm -rf "$WHEELS"
+note "building the span_profile wheel"
+"$build_venv/bin/maturin" build --release --quiet \
+    -m "$ROOT/crates/span-profile-python/Cargo.toml" -i "$build_py" --out "$WHEELS"
+wheel="$(ls "$WHEELS"/span_profile-*.whl)"
+
+passed=0 failed=0
+declare -a failures=()
+for py in "${found[@]}"; do
+    ver="$(basename "$(dirname "$(dirname "$py")")")"
+    note "CPython $ver"
+    if ! venv="$(venv_for "$py" "$ver")"; then
+        failures+=("$ver (venv)"); failed=$((failed + 1)); continue
+    fi
+    "$venv/bin/python" -m pip uninstall "${PIP_FLAGS[@]}" -y span-profile >/dev/null 2>&1 || true
+    if ! "$venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "$wheel"; then
+        failures+=("$ver (install)"); failed=$((failed + 1)); continue
+    fi
+    rc=0
+    (cd "$ROOT" && timeout 900 "$venv/bin/python" -m pytest -q -p no:cacheprovider "$TESTS" "$@") || rc=$?
+    case "$rc" in
+        0) passed=$((passed + 1)) ;;
+        5) note "CPython $ver: pytest collected no tests"; failures+=("$ver (no tests)"); failed=$((failed + 1)) ;;
+        *) failures+=("$ver (pytest exit $rc)"); failed=$((failed + 1)) ;;
+    esac
+done
+
+if ((failed)); then
+    note "failed: ${failures[*]}"
+fi
+echo "python versions: $passed passed, $failed failed"
+((failed == 0))
