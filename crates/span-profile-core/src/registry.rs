@@ -11,6 +11,7 @@ use std::num::NonZeroU64;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::fxhash::FxBuild;
 use crate::labels::LabelId;
 use crate::{ExecutionKey, SpanContext, SpanId, TraceId};
 
@@ -148,10 +149,79 @@ impl Slot {
     }
 }
 
+/// Spans held inline per key before spilling to the heap: nesting deeper than this is rare.
+const INLINE_DEPTH: usize = 8;
+
+/// A key's stack of entered spans: inline up to [`INLINE_DEPTH`], so entering a span on a new
+/// key does not allocate in the common case.
+#[derive(Debug, Clone, Default)]
+struct SpanStack {
+    inline: [Option<ActiveSpan>; INLINE_DEPTH],
+    len: usize,
+    spill: Vec<ActiveSpan>,
+}
+
+impl SpanStack {
+    fn push(&mut self, a: ActiveSpan) {
+        if self.len < INLINE_DEPTH {
+            self.inline[self.len] = Some(a);
+        } else {
+            self.spill.push(a);
+        }
+        self.len += 1;
+    }
+
+    fn get(&self, i: usize) -> Option<ActiveSpan> {
+        if i < INLINE_DEPTH {
+            self.inline[i]
+        } else {
+            self.spill.get(i - INLINE_DEPTH).copied()
+        }
+    }
+
+    fn last(&self) -> Option<ActiveSpan> {
+        self.len.checked_sub(1).and_then(|i| self.get(i))
+    }
+
+    /// Removes the innermost entry of `span_id`; false if absent.
+    fn remove(&mut self, span_id: SpanId) -> bool {
+        let Some(pos) = (0..self.len)
+            .rev()
+            .find(|&i| self.get(i).is_some_and(|a| a.ctx.span_id == span_id))
+        else {
+            return false;
+        };
+        for i in pos..self.len - 1 {
+            let next = self.get(i + 1);
+            if i < INLINE_DEPTH {
+                self.inline[i] = next;
+            } else if let (Some(slot), Some(n)) = (self.spill.get_mut(i - INLINE_DEPTH), next) {
+                *slot = n;
+            }
+        }
+        self.len -= 1;
+        if self.len >= INLINE_DEPTH {
+            self.spill.truncate(self.len - INLINE_DEPTH);
+        } else {
+            self.inline[self.len] = None;
+            self.spill.clear();
+        }
+        true
+    }
+
+    fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    fn to_vec(&self) -> Vec<ActiveSpan> {
+        (0..self.len).filter_map(|i| self.get(i)).collect()
+    }
+}
+
 /// The hook-side state of one key: its stack of entered spans and its slot.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct KeyState {
-    stack: Vec<ActiveSpan>,
+    stack: SpanStack,
     slot: Option<usize>,
 }
 
@@ -204,7 +274,7 @@ pub struct RegistryStats {
 pub struct ActiveSpanRegistry {
     slots: Box<[Slot]>,
     mask: usize,
-    shards: [Mutex<HashMap<ExecutionKey, KeyState>>; SHARDS],
+    shards: [Mutex<HashMap<ExecutionKey, KeyState, FxBuild>>; SHARDS],
     full: AtomicU64,
     unmatched: AtomicU64,
     contended: AtomicU64,
@@ -232,14 +302,14 @@ impl ActiveSpanRegistry {
         Self {
             slots: (0..n).map(|_| Slot::new()).collect(),
             mask: n - 1,
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
             full: AtomicU64::new(0),
             unmatched: AtomicU64::new(0),
             contended: AtomicU64::new(0),
         }
     }
 
-    fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, HashMap<ExecutionKey, KeyState>> {
+    fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, HashMap<ExecutionKey, KeyState, FxBuild>> {
         // A poisoned shard only means a hook panicked mid-update; the map is still coherent
         // (every mutation is a single insert/remove/push), so keep using it.
         let i = (h >> 60) as usize % SHARDS;
@@ -262,11 +332,13 @@ impl ActiveSpanRegistry {
     pub fn enter(&self, key: ExecutionKey, span: ActiveSpan) {
         let h = hash_key(key);
         let mut shard = self.shard(h);
-        let state = shard.entry(key).or_insert_with(|| KeyState {
-            stack: Vec::new(),
-            slot: None,
-        });
+        let state = shard.entry(key).or_default();
         state.stack.push(span);
+        self.publish(h, key, state, span);
+    }
+
+    /// Publishes `top` as `key`'s current span, claiming a slot on first use.
+    fn publish(&self, h: u64, key: ExecutionKey, state: &mut KeyState, top: ActiveSpan) {
         if state.slot.is_none() {
             state.slot = self.claim_slot(h);
             if state.slot.is_none() {
@@ -274,7 +346,7 @@ impl ActiveSpanRegistry {
             }
         }
         if let Some(i) = state.slot {
-            self.slots[i].publish(key, Some(span));
+            self.slots[i].publish(key, Some(top));
         }
     }
 
@@ -287,16 +359,11 @@ impl ActiveSpanRegistry {
             self.unmatched.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        match state.stack.iter().rposition(|a| a.ctx.span_id == span_id) {
-            Some(pos) => {
-                state.stack.remove(pos);
-            }
-            None => {
-                self.unmatched.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
+        if !state.stack.remove(span_id) {
+            self.unmatched.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        let top = state.stack.last().copied();
+        let top = state.stack.last();
         match (top, state.slot) {
             (Some(top), Some(i)) => self.slots[i].publish(key, Some(top)),
             (Some(_), None) => {}
@@ -318,21 +385,10 @@ impl ActiveSpanRegistry {
             Some(span) => {
                 let h = hash_key(key);
                 let mut shard = self.shard(h);
-                let state = shard.entry(key).or_insert_with(|| KeyState {
-                    stack: Vec::new(),
-                    slot: None,
-                });
+                let state = shard.entry(key).or_default();
                 state.stack.clear();
                 state.stack.push(span);
-                if state.slot.is_none() {
-                    state.slot = self.claim_slot(h);
-                    if state.slot.is_none() {
-                        self.full.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                if let Some(i) = state.slot {
-                    self.slots[i].publish(key, Some(span));
-                }
+                self.publish(h, key, state, span);
             }
         }
     }
@@ -360,6 +416,12 @@ impl ActiveSpanRegistry {
         let home = hash_key(key) as usize & self.mask;
         for i in 0..PROBE {
             let slot = &self.slots[(home + i) & self.mask];
+            // Fast skip of slots that hold another thread, without the seqlock protocol. A
+            // key being published at this very instant may be missed: the sample is then
+            // taken as if just before the enter, which is as true as just after.
+            if slot.thread.load(Ordering::Relaxed) != key.thread {
+                continue;
+            }
             let mut attempts = 0;
             loop {
                 match slot.read(key) {
@@ -383,7 +445,7 @@ impl ActiveSpanRegistry {
     pub fn stack(&self, key: ExecutionKey) -> Vec<ActiveSpan> {
         self.shard(hash_key(key))
             .get(&key)
-            .map(|s| s.stack.clone())
+            .map(|s| s.stack.to_vec())
             .unwrap_or_default()
     }
 
@@ -432,6 +494,26 @@ mod tests {
         assert_eq!(r.current(k), Some(span(3)));
         r.exit(k, sid(3));
         assert_eq!(r.current(k), Some(span(1)));
+    }
+
+    #[test]
+    fn deep_nesting_spills_and_unwinds_in_any_order() {
+        let r = ActiveSpanRegistry::default();
+        let k = ExecutionKey::thread(1);
+        for i in 1..=20 {
+            r.enter(k, span(i));
+        }
+        for i in [3, 15, 9, 20, 1] {
+            r.exit(k, sid(i));
+        }
+        let ids: Vec<u64> = r.stack(k).iter().map(|a| a.ctx.span_id.to_u64()).collect();
+        assert_eq!(ids, [2, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 16, 17, 18, 19]);
+        assert_eq!(r.current(k), Some(span(19)));
+        for i in ids.into_iter().rev() {
+            r.exit(k, sid(i));
+        }
+        assert_eq!(r.current(k), None);
+        assert_eq!(r.stats().active_keys, 0);
     }
 
     #[test]

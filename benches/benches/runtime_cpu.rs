@@ -1,0 +1,59 @@
+//! The runtime's own CPU at 100 Hz with the fake walker and 64 threads, half inside spans,
+//! measured from the profiler's threads' CPU clocks (Profiler::stats). Not criterion: it runs
+//! the real threads for a few seconds and prints the share of one core. Target ≤ 0.5%.
+//!
+//! `cargo bench -p span-profile-benches --bench runtime_cpu` (SECONDS=10 to run longer).
+
+use std::time::{Duration, Instant};
+
+use span_profile_core::{ExecutionKey, Profiler, SpanId, SpanStart, TraceId};
+use span_profile_test::{FakeWalker, InMemoryExporter};
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` passes nothing: run briefly then.
+    let secs: u64 = std::env::var("SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if std::env::args().any(|a| a == "--bench") {
+            10
+        } else {
+            1
+        });
+    let exporter = InMemoryExporter::default();
+    let profiler = Profiler::builder()
+        .with_service("bench")
+        .with_sample_rate_hz(100)
+        .with_window(Duration::from_secs(1))
+        .with_walker(FakeWalker::threads(64, 30))
+        .with_exporter(exporter.clone())
+        .start()
+        .expect("profiler starts");
+    for t in 0..32u64 {
+        let a = profiler.span_table().start(SpanStart {
+            trace_id: TraceId::from_u128(u128::from(t) + 1).expect("nonzero"),
+            span_id: SpanId::from_u64(t + 1).expect("nonzero"),
+            parent_span_id: None,
+            parent_is_remote: false,
+            name: "work",
+            route: Some("/orders/{id}"),
+            start_unix_ns: 0,
+        });
+        profiler.registry().enter(ExecutionKey::thread(t + 1), a);
+    }
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let stats = profiler
+        .shutdown_with_timeout(Duration::from_secs(5))
+        .expect("clean shutdown");
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = (stats.sampler_cpu_ns + stats.exporter_cpu_ns) as f64 / 1e9;
+    println!(
+        "runtime_cpu: 64 threads, depth 30, 100 Hz, {wall:.1} s: sampler {:.3} ms + exporter {:.3} ms = {:.3}% of one core; {} ticks ({:.1}/s), {} samples",
+        stats.sampler_cpu_ns as f64 / 1e6,
+        stats.exporter_cpu_ns as f64 / 1e6,
+        100.0 * cpu / wall,
+        stats.ticks,
+        stats.ticks as f64 / wall,
+        stats.samples,
+    );
+}
