@@ -19,6 +19,9 @@
 //! (256 KiB) are capped. Every failed read or failed validation becomes
 //! [`span_profile_core::WalkError::InvalidRead`] and a counter, never a panic.
 //!
+//! A [`ProcessVmReader`] is bound to the pid it was created in: after `fork`, the child must
+//! build a new walker (its sampler thread has to be restarted anyway).
+//!
 //! ```no_run
 //! use span_profile::walker::{PythonVersion, PythonWalker, WalkerConfig};
 //!
@@ -31,6 +34,8 @@
 //! # let _ = counters;
 //! # Ok::<(), span_profile::walker::SetupError>(())
 //! ```
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod code;
 mod layout;

@@ -351,3 +351,10 @@ fn current_process_without_libpython_is_a_clear_error() {
     assert_eq!(err, SetupError::SymbolNotFound("_PyRuntime\0"));
     assert_eq!(err.to_string(), "symbol _PyRuntime not found");
 }
+
+#[test]
+fn walker_is_a_core_stack_walker() {
+    fn assert_walker<W: StackWalker>() {}
+    assert_walker::<PythonWalker<super::ProcessVmReader>>();
+    assert_walker::<PythonWalker<FakeMemory>>();
+}
