@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone of this kind of machine (what .ci/run calls):
+#   1. installs what the tests need and the machine may lack: Go (for `go tool pprof`),
+#      Chromium (flame-graph check); the Python side installs its own venvs;
+#   2. cargo fmt --check and clippy -D warnings on every target and feature;
+#   3. the Rust tests (nextest, each test in its own process) and the doctests;
+#   4. the criterion benches once each, as a smoke test (not timed);
+#   5. the Python specs on every CPython 3.9-3.13 (scripts/test-python.sh).
+#
+#   scripts/test.sh              # everything
+#   SKIP_PYTHON=1 scripts/test.sh
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export RUSTFLAGS="${RUSTFLAGS:--Dwarnings}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+stages=0
+step() { printf '\n==== %s\n' "$*"; }
+done_stage() { stages=$((stages + 1)); }
+
+need_apt=()
+command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+if ((${#need_apt[@]})); then
+    step "installing ${need_apt[*]} (apt)"
+    if [[ $(id -u) -eq 0 ]]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    else
+        echo "test.sh: please install ${need_apt[*]} (apt-get install ${need_apt[*]})" >&2
+        exit 1
+    fi
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+done_stage
+
+step "cargo clippy (all targets, all features) -D warnings"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+done_stage
+
+step "Rust tests"
+FEATURES=(--features span-profile-core/otel)
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --workspace "${FEATURES[@]}" --no-fail-fast
+else
+    cargo test --workspace "${FEATURES[@]}" --no-fail-fast
+fi
+done_stage
+
+step "doctests"
+cargo test --workspace --doc "${FEATURES[@]}"
+done_stage
+
+step "bench smoke (each bench once, untimed)"
+cargo test -p span-profile-benches --benches
+done_stage
+
+if [[ -z "${SKIP_PYTHON:-}" ]]; then
+    step "Python specs on CPython 3.9-3.13"
+    scripts/test-python.sh
+    done_stage
+fi
+
+printf '\nsuite: %d passed, 0 failed\n' "$stages"
