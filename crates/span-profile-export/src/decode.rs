@@ -1,6 +1,5 @@
 //! pprof → [`Profile`].
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -13,6 +12,7 @@ use span_profile_core::{
 };
 
 use crate::encode::{keys, SAMPLE_TYPES};
+use crate::hash::FxHashMap;
 use crate::meta::{MetaIn, META_PREFIX, META_VERSION};
 use crate::pprof;
 
@@ -176,7 +176,8 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
     let truncated_location = meta.as_ref().and_then(|m| m.truncated_location);
 
     // Functions by id.
-    let mut functions: HashMap<u64, (&str, &str)> = HashMap::with_capacity(msg.function.len());
+    let mut functions: FxHashMap<u64, (&str, &str)> =
+        FxHashMap::with_capacity_and_hasher(msg.function.len(), Default::default());
     for f in &msg.function {
         let name = strings.get(f.name, || format!("function {} name", f.id))?;
         let file = strings.get(f.filename, || format!("function {} filename", f.id))?;
@@ -185,8 +186,8 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
 
     // Frames: one per line of each location, in location order; lines are innermost first.
     let mut frames: Vec<Frame> = Vec::with_capacity(msg.location.len());
-    let mut location_frames: HashMap<u64, (usize, usize)> =
-        HashMap::with_capacity(msg.location.len());
+    let mut location_frames: FxHashMap<u64, (usize, usize)> =
+        FxHashMap::with_capacity_and_hasher(msg.location.len(), Default::default());
     for loc in &msg.location {
         if Some(loc.id) == truncated_location {
             continue;
@@ -222,8 +223,8 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
     }
 
     let mut stacks: Vec<Stack> = Vec::new();
-    let mut stack_index: HashMap<Stack, u32> = HashMap::new();
-    let mut interned: HashMap<&str, Arc<str>> = HashMap::new();
+    let mut stack_index: FxHashMap<Stack, u32> = FxHashMap::default();
+    let mut interned: FxHashMap<&str, Arc<str>> = FxHashMap::default();
     let mut samples = Vec::with_capacity(msg.sample.len());
     for (si, s) in msg.sample.iter().enumerate() {
         if s.value.len() != msg.sample_type.len() {
@@ -327,7 +328,7 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
 }
 
 /// Shares one `Arc<str>` per distinct label value.
-fn arc_of<'a>(interned: &mut HashMap<&'a str, Arc<str>>, s: &'a str) -> Arc<str> {
+fn arc_of<'a>(interned: &mut FxHashMap<&'a str, Arc<str>>, s: &'a str) -> Arc<str> {
     interned.entry(s).or_insert_with(|| Arc::from(s)).clone()
 }
 

@@ -1,6 +1,5 @@
 //! [`Profile`] → pprof.
 
-use std::collections::HashMap;
 use std::io::Write;
 
 use flate2::write::GzEncoder;
@@ -8,6 +7,7 @@ use flate2::Compression;
 use prost::Message;
 use span_profile_core::{Profile, SpanContext};
 
+use crate::hash::FxHashMap;
 use crate::meta::{stack_override, MetaOut, META_PREFIX, META_VERSION};
 use crate::pprof;
 
@@ -61,7 +61,13 @@ pub fn encode_pprof(profile: &Profile) -> Vec<u8> {
 /// assert_eq!(decode_pprof(&encode_pprof_raw(&p)).unwrap(), p);
 /// ```
 pub fn encode_pprof_raw(profile: &Profile) -> Vec<u8> {
-    to_message(profile).encode_to_vec()
+    let (head, samples) = to_head(profile);
+    // Roughly: ids of ~20 frames, four values and six labels per sample.
+    let mut buf = Vec::with_capacity(head.encoded_len() + samples.rows.len() * 128);
+    // Encoding into a Vec<u8> cannot fail: it grows as needed.
+    let _ = head.encode(&mut buf);
+    samples.encode(profile, &mut buf);
+    buf
 }
 
 /// Gzip at a fast level: pprof compresses well even so, and export time matters more.
@@ -76,19 +82,19 @@ pub(crate) fn gzip(raw: &[u8]) -> Vec<u8> {
 #[derive(Debug)]
 struct Strings<'a> {
     table: Vec<String>,
-    index: HashMap<&'a str, i64>,
+    index: FxHashMap<&'a str, i64>,
     /// Strings that are not borrowed from the profile (formatted ids, the meta comment).
-    owned: HashMap<String, i64>,
+    owned: FxHashMap<String, i64>,
 }
 
 impl<'a> Strings<'a> {
     fn new() -> Self {
-        let mut index = HashMap::new();
+        let mut index = FxHashMap::default();
         index.insert("", 0);
         Self {
             table: vec![String::new()],
             index,
-            owned: HashMap::new(),
+            owned: FxHashMap::default(),
         }
     }
 
@@ -123,8 +129,140 @@ fn signed(v: u64) -> i64 {
     v as i64
 }
 
-/// Builds the pprof message for a window.
-pub(crate) fn to_message(profile: &Profile) -> pprof::Profile {
+/// The string indices of one sample's labels, gathered before the string table is final.
+#[derive(Debug, Clone, Copy)]
+struct SampleRow {
+    span: Option<[i64; 3]>,
+    route: i64,
+    thread: i64,
+    task: Option<i64>,
+}
+
+/// The samples of a window, encoded after the head: field 2 of `Profile`, one message each.
+/// Protobuf concatenation is merging, so appending them equals encoding them in the message,
+/// without building ten thousand `Vec`s.
+#[derive(Debug)]
+struct SampleRows {
+    rows: Vec<SampleRow>,
+    keys: [i64; 6],
+    truncated_location: Option<u64>,
+}
+
+impl SampleRows {
+    fn encode(&self, profile: &Profile, buf: &mut Vec<u8>) {
+        let [k_trace, k_span, k_root, k_route, k_thread, k_task] = self.keys;
+        let n_frames = profile.frames.len();
+        let mut w = SampleWriter::default();
+        let mut locations: Vec<u64> = Vec::new();
+        let mut labels: Vec<(i64, i64)> = Vec::with_capacity(6);
+        for (s, row) in profile.samples.iter().zip(&self.rows) {
+            locations.clear();
+            labels.clear();
+            let stack = profile.stacks.get(s.stack as usize);
+            locations.extend(
+                stack
+                    .map(|st| st.frames.as_slice())
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter(|&&f| (f as usize) < n_frames)
+                    .map(|&f| u64::from(f) + 1),
+            );
+            if let (Some(id), Some(true)) = (self.truncated_location, stack.map(|st| st.truncated))
+            {
+                locations.push(id);
+            }
+            let values = [
+                signed(s.wall_samples),
+                signed(s.cpu_ns),
+                signed(s.wall_ns),
+                signed(s.cpu_samples),
+            ];
+            if let Some([t, sp, r]) = row.span {
+                labels.extend([(k_trace, t), (k_span, sp), (k_root, r)]);
+            }
+            labels.push((k_route, row.route));
+            labels.push((k_thread, row.thread));
+            if let Some(task) = row.task {
+                labels.push((k_task, task));
+            }
+            w.put_sample(buf, &locations, &values, &labels);
+        }
+    }
+}
+
+/// Writes `Profile.sample` entries straight to bytes: exactly what prost writes for a
+/// [`pprof::Sample`] with string labels (checked by a test), without building ten thousand
+/// messages and walking each packed field three times. The window's samples are the bulk of
+/// the file, so this is the encoder's hot loop.
+#[derive(Debug, Default)]
+struct SampleWriter {
+    body: Vec<u8>,
+}
+
+impl SampleWriter {
+    fn put_sample(
+        &mut self,
+        out: &mut Vec<u8>,
+        location_id: &[u64],
+        value: &[i64],
+        label: &[(i64, i64)],
+    ) {
+        let body = &mut self.body;
+        body.clear();
+        // Sample.location_id = 1, packed.
+        if !location_id.is_empty() {
+            body.push(0x0a);
+            put_varint(
+                body,
+                location_id.iter().map(|&v| varint_len(v)).sum::<usize>() as u64,
+            );
+            location_id.iter().for_each(|&v| put_varint(body, v));
+        }
+        // Sample.value = 2, packed int64 (negative values take ten bytes, as in protobuf).
+        if !value.is_empty() {
+            body.push(0x12);
+            put_varint(
+                body,
+                value.iter().map(|&v| varint_len(v as u64)).sum::<usize>() as u64,
+            );
+            value.iter().for_each(|&v| put_varint(body, v as u64));
+        }
+        // Sample.label = 3: Label{key = 1, str = 2}, zero fields omitted.
+        for &(key, str) in label {
+            let field = |v: i64| if v == 0 { 0 } else { 1 + varint_len(v as u64) };
+            body.push(0x1a);
+            put_varint(body, (field(key) + field(str)) as u64);
+            if key != 0 {
+                body.push(0x08);
+                put_varint(body, key as u64);
+            }
+            if str != 0 {
+                body.push(0x10);
+                put_varint(body, str as u64);
+            }
+        }
+        // Profile.sample = 2.
+        out.push(0x12);
+        put_varint(out, body.len() as u64);
+        out.extend_from_slice(body);
+    }
+}
+
+fn varint_len(v: u64) -> usize {
+    // Bits used, rounded up to 7-bit groups; 1 for zero.
+    ((64 - (v | 1).leading_zeros()) as usize).div_ceil(7)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Builds the pprof message for a window, without its samples, and the samples' labels.
+fn to_head(profile: &Profile) -> (pprof::Profile, SampleRows) {
     let mut strings = Strings::new();
     let sample_type = SAMPLE_TYPES
         .iter()
@@ -136,7 +274,7 @@ pub(crate) fn to_message(profile: &Profile) -> pprof::Profile {
 
     // One Function per distinct (function, file); one Location per Frame, id = index + 1.
     let mut function = Vec::new();
-    let mut function_ids: HashMap<(&str, &str), u64> = HashMap::new();
+    let mut function_ids: FxHashMap<(&str, &str), u64> = FxHashMap::default();
     let mut location = Vec::with_capacity(profile.frames.len() + 1);
     for (i, frame) in profile.frames.iter().enumerate() {
         let key = (frame.function.as_str(), frame.file.as_str());
@@ -190,63 +328,32 @@ pub(crate) fn to_message(profile: &Profile) -> pprof::Profile {
         id
     });
 
-    let k_trace = strings.get(keys::TRACE_ID);
-    let k_span = strings.get(keys::SPAN_ID);
-    let k_root = strings.get(keys::LOCAL_ROOT_SPAN_ID);
-    let k_route = strings.get(keys::ROUTE);
-    let k_thread = strings.get(keys::THREAD_NAME);
-    let k_task = strings.get(keys::TASK_NAME);
-    let label = |key, str| pprof::Label {
-        key,
-        str,
-        num: 0,
-        num_unit: 0,
-    };
-    let mut span_strings: HashMap<SpanContext, [i64; 3]> = HashMap::new();
-    let n_frames = profile.frames.len();
-    let sample = profile
+    let keys = [
+        keys::TRACE_ID,
+        keys::SPAN_ID,
+        keys::LOCAL_ROOT_SPAN_ID,
+        keys::ROUTE,
+        keys::THREAD_NAME,
+        keys::TASK_NAME,
+    ]
+    .map(|k| strings.get(k));
+    let mut span_strings: FxHashMap<SpanContext, [i64; 3]> = FxHashMap::default();
+    let rows = profile
         .samples
         .iter()
-        .map(|s| {
-            let stack = profile.stacks.get(s.stack as usize);
-            let mut location_id: Vec<u64> = stack
-                .map(|st| st.frames.as_slice())
-                .unwrap_or(&[])
-                .iter()
-                .filter(|&&f| (f as usize) < n_frames)
-                .map(|&f| u64::from(f) + 1)
-                .collect();
-            if let (Some(id), Some(true)) = (truncated_location, stack.map(|st| st.truncated)) {
-                location_id.push(id);
-            }
-            let mut labels = Vec::with_capacity(6);
-            if let Some(ctx) = &s.span {
-                let [t, sp, r] = *span_strings.entry(*ctx).or_insert_with(|| {
+        .map(|s| SampleRow {
+            span: s.span.map(|ctx| {
+                *span_strings.entry(ctx).or_insert_with(|| {
                     [
                         strings.get_owned(ctx.trace_id.to_string()),
                         strings.get_owned(ctx.span_id.to_string()),
                         strings.get_owned(ctx.local_root_span_id.to_string()),
                     ]
-                });
-                labels.push(label(k_trace, t));
-                labels.push(label(k_span, sp));
-                labels.push(label(k_root, r));
-            }
-            labels.push(label(k_route, strings.get(&s.route)));
-            labels.push(label(k_thread, strings.get(&s.thread_name)));
-            if let Some(task) = &s.task_name {
-                labels.push(label(k_task, strings.get(task)));
-            }
-            pprof::Sample {
-                location_id,
-                value: vec![
-                    signed(s.wall_samples),
-                    signed(s.cpu_ns),
-                    signed(s.wall_ns),
-                    signed(s.cpu_samples),
-                ],
-                label: labels,
-            }
+                })
+            }),
+            route: strings.get(&s.route),
+            thread: strings.get(&s.thread_name),
+            task: s.task_name.as_deref().map(|t| strings.get(t)),
         })
         .collect();
 
@@ -270,9 +377,9 @@ pub(crate) fn to_message(profile: &Profile) -> pprof::Profile {
     });
     let default_sample_type = strings.get("cpu");
 
-    pprof::Profile {
+    let head = pprof::Profile {
         sample_type,
-        sample,
+        sample: Vec::new(),
         mapping: Vec::new(),
         location,
         function,
@@ -286,5 +393,57 @@ pub(crate) fn to_message(profile: &Profile) -> pprof::Profile {
         comment,
         default_sample_type,
         doc_url: 0,
+    };
+    let rows = SampleRows {
+        rows,
+        keys,
+        truncated_location,
+    };
+    (head, rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_writer_matches_prost() {
+        type Case<'a> = (&'a [u64], &'a [i64], &'a [(i64, i64)]);
+        let cases: &[Case<'_>] = &[
+            (&[], &[], &[]),
+            (
+                &[1, 127, 128, 300, u64::MAX],
+                &[0, 1, -1, i64::MAX, i64::MIN],
+                &[(1, 2)],
+            ),
+            (
+                &[5],
+                &[10_000_000, 0, 3, 0],
+                &[(0, 7), (7, 0), (0, 0), (200_000, 1 << 40)],
+            ),
+        ];
+        for &(location_id, value, label) in cases {
+            let sample = pprof::Sample {
+                location_id: location_id.to_vec(),
+                value: value.to_vec(),
+                label: label
+                    .iter()
+                    .map(|&(key, str)| pprof::Label {
+                        key,
+                        str,
+                        num: 0,
+                        num_unit: 0,
+                    })
+                    .collect(),
+            };
+            let mut expected = Vec::new();
+            prost::encoding::message::encode(2, &sample, &mut expected);
+            let mut got = Vec::new();
+            SampleWriter::default().put_sample(&mut got, location_id, value, label);
+            assert_eq!(got, expected, "{sample:?}");
+        }
+        for v in [0u64, 1, 127, 128, 16_383, 16_384, u64::MAX] {
+            assert_eq!(varint_len(v), prost::encoding::encoded_len_varint(v));
+        }
     }
 }

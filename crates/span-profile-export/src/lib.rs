@@ -32,6 +32,7 @@ mod decode;
 mod encode;
 #[cfg(feature = "file")]
 mod file;
+mod hash;
 mod meta;
 pub mod pprof;
 

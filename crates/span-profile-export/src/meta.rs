@@ -1,6 +1,8 @@
 //! What a [`Profile`] holds that pprof has no field for, carried as one JSON comment.
 
 use serde::{Deserialize, Serialize};
+
+use crate::hash::FxHashSet;
 use span_profile_core::{Profile, Resource, SpanRecord, Stack, WindowStats};
 
 /// The prefix of the comment that carries [`Meta`].
@@ -71,7 +73,7 @@ impl MetaIn {
 /// Returns `None` when that equals what `profile` holds, so the meta need not carry them.
 pub(crate) fn stack_override(profile: &Profile) -> Option<Vec<u32>> {
     let n_frames = profile.frames.len();
-    let mut seen = std::collections::HashSet::with_capacity(profile.stacks.len());
+    let mut seen = FxHashSet::with_capacity_and_hasher(profile.stacks.len(), Default::default());
     let mut next: u32 = 0;
     let mut canonical = true;
     for s in &profile.samples {
