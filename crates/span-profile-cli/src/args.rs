@@ -60,13 +60,13 @@ pub(crate) fn parse_duration(s: &str) -> Result<u64, String> {
 }
 
 /// A point in time: RFC 3339 (`2024-05-01T12:00:00Z`, `2024-05-01T14:00:00.5+02:00`), `now`,
-/// or relative to now (`-2h`, `-1d12h`). Unix nanoseconds.
+/// or relative to now (`-2h`, `-1d12h`, `+30d`). Unix nanoseconds.
 pub(crate) fn parse_time(s: &str) -> Result<u64, String> {
     parse_time_at(s, now_unix_ns())
 }
 
 fn parse_time_at(s: &str, now: u64) -> Result<u64, String> {
-    let expected = "expected RFC 3339 (2024-05-01T12:00:00Z, 2024-05-01T14:00:00+02:00), now, or a time relative to now (-2h, -30m, -7d)";
+    let expected = "expected RFC 3339 (2024-05-01T12:00:00Z, 2024-05-01T14:00:00+02:00), now, or a time relative to now (-2h, -30m, -7d, +1d)";
     let t = s.trim();
     if t == "now" {
         return Ok(now);
@@ -74,6 +74,10 @@ fn parse_time_at(s: &str, now: u64) -> Result<u64, String> {
     if let Some(ago) = t.strip_prefix('-') {
         let d = parse_duration(ago).map_err(|e| format!("{e}; {expected}"))?;
         return Ok(now.saturating_sub(d));
+    }
+    if let Some(ahead) = t.strip_prefix('+') {
+        let d = parse_duration(ahead).map_err(|e| format!("{e}; {expected}"))?;
+        return Ok(now.saturating_add(d));
     }
     parse_rfc3339(t).ok_or_else(|| format!("{s:?} is not a time; {expected}"))
 }
@@ -252,6 +256,7 @@ mod tests {
         );
         assert_eq!(parse_time_at("-2h", now), Ok(now - 7_200 * NS_PER_SEC));
         assert_eq!(parse_time_at("now", now), Ok(now));
+        assert_eq!(parse_time_at("+1d", now), Ok(now + NS_PER_DAY));
         for bad in [
             "yesterday",
             "2024-05-01",

@@ -10,7 +10,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod args;
+mod compact;
+mod diff;
+mod flame;
+mod link;
+mod routes;
 mod select;
+mod spans;
 mod store;
 mod top;
 
@@ -49,6 +55,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Ended spans, slowest first, with their durations and sample counts.
+    Spans {
+        /// The store directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        args: spans::SpansArgs,
+    },
     /// Samples and top frames of a span, a trace, a route or a service; with --service alone,
     /// the service's CPU by top-level frame.
     Top {
@@ -57,6 +70,41 @@ enum Command {
         #[command(flatten)]
         args: top::TopArgs,
     },
+    /// The reverse query: which routes produce a frame's CPU samples.
+    Routes {
+        /// The store directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        args: routes::RoutesArgs,
+    },
+    /// The post-deploy check: frames whose share of CPU grew from one version to the next.
+    /// Exits 1 if any did.
+    Diff {
+        /// The store directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        args: diff::DiffArgs,
+    },
+    /// An interactive SVG flame graph of a selection.
+    Flame {
+        /// The store directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        args: flame::FlameArgs,
+    },
+    /// The URL (or command) that opens one span's profile.
+    Link {
+        #[command(flatten)]
+        args: link::LinkArgs,
+    },
+    /// The retention policy: roll old windows up into hourly, then daily windows, and delete
+    /// what is past the last horizon.
+    Compact {
+        /// The store directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        args: compact::CompactArgs,
+    },
 }
 
 fn main() -> ExitCode {
@@ -64,8 +112,17 @@ fn main() -> ExitCode {
     let threads = cli.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
+    let json = cli.json;
     let result = match &cli.command {
-        Command::Top { dir, args } => with_store(dir, threads, |s| top::run(s, args, cli.json)),
+        Command::Spans { dir, args } => with_store(dir, threads, |s| spans::run(s, args, json)),
+        Command::Top { dir, args } => with_store(dir, threads, |s| top::run(s, args, json)),
+        Command::Routes { dir, args } => with_store(dir, threads, |s| routes::run(s, args, json)),
+        Command::Diff { dir, args } => with_store(dir, threads, |s| {
+            diff::run(s, args, json).map(|grew| if grew { EXIT_REGRESSION } else { 0 })
+        }),
+        Command::Flame { dir, args } => with_store(dir, threads, |s| flame::run(s, args, json)),
+        Command::Link { args } => link::run(args, json).map(|()| 0),
+        Command::Compact { dir, args } => with_store(dir, threads, |s| compact::run(s, args, json)),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -84,13 +141,35 @@ fn main() -> ExitCode {
 }
 
 /// Runs a command over the store at `dir`, then warns about the files it had to skip.
-fn with_store(
+fn with_store<T: IntoExit>(
     dir: &std::path::Path,
     threads: usize,
-    f: impl FnOnce(&store::Store<'_>) -> anyhow::Result<()>,
+    f: impl FnOnce(&store::Store<'_>) -> anyhow::Result<T>,
 ) -> anyhow::Result<u8> {
+    if !dir.is_dir() {
+        return Err(Usage(format!(
+            "{} is not a directory; expected the file store's root (the directory the file exporter writes to)",
+            dir.display()
+        ))
+        .into());
+    }
     let s = store::Store::new(dir, threads);
     let r = f(&s);
     s.warn_skipped();
-    r.map(|()| 0)
+    r.map(IntoExit::code)
+}
+
+/// What a command returns: nothing (exit 0) or an exit code.
+trait IntoExit {
+    fn code(self) -> u8;
+}
+impl IntoExit for () {
+    fn code(self) -> u8 {
+        0
+    }
+}
+impl IntoExit for u8 {
+    fn code(self) -> u8 {
+        self
+    }
 }

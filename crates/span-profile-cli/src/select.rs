@@ -119,17 +119,28 @@ pub(crate) fn query<A: Send + Default>(
         let answer = q(&profiles, &filter);
         return Ok((filter, answer));
     }
-    let files = store.list(&filter)?;
+    let answer = stream(store, &filter, q, merge)?;
+    Ok((filter, answer))
+}
+
+/// Answers `q` window by window over the windows that pass `filter`, merging the answers.
+pub(crate) fn stream<A: Send + Default>(
+    store: &Store<'_>,
+    filter: &Filter,
+    q: impl Fn(&[Profile], &Filter) -> A + Sync,
+    merge: impl Fn(&mut A, A) + Sync,
+) -> anyhow::Result<A> {
+    let files = store.list(filter)?;
     let parts = store.fold(&files, A::default, |acc, _, p| {
         if filter.matches_window(&p) {
-            merge(acc, q(std::slice::from_ref(&p), &filter));
+            merge(acc, q(std::slice::from_ref(&p), filter));
         }
     });
     let mut answer = A::default();
     for part in parts {
         merge(&mut answer, part);
     }
-    Ok((filter, answer))
+    Ok(answer)
 }
 
 /// The windows that can hold samples of the filter's span or trace. Resolves `slowest` into

@@ -9,6 +9,7 @@
 //! - [`ExecutionKey`]: a thread, or a task on a thread.
 //! - [`Resource`] and [`labels::LabelValues`]: resource labels, per-sample labels with caps.
 //! - [`Profile`]: one closed window, what exporters receive and queries read.
+//! - [`WindowMerger`] / [`merge_windows`]: windows rolled up into one (retention).
 //!
 //! Traits: [`StackWalker`] (a runtime's stacks) and [`Exporter`] (where windows go).
 //!
@@ -28,6 +29,7 @@ mod fxhash;
 mod id;
 mod key;
 pub mod labels;
+mod merge;
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel;
@@ -44,6 +46,7 @@ pub use frame::{Frame, FrameIndex, RawFrame, Stack};
 pub use id::{ParseIdError, SpanContext, SpanId, TraceId};
 pub use key::ExecutionKey;
 pub use labels::Resource;
+pub use merge::{merge_windows, MergeError, WindowMerger};
 pub use profile::{Profile, ProfileSample, SpanRecord, WindowStats};
 pub use registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
 pub use runtime::{thread_cpu_ns, Profiler, ProfilerBuilder, ProfilerStats, StartError};

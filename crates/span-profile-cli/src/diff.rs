@@ -1,0 +1,146 @@
+//! `span-profile diff --old version=A --new version=B`: the post-deploy check.
+
+use serde::Serialize;
+use span_profile_core::query::{self, FrameChange, Tally};
+
+use crate::args::{parse_duration, parse_fraction, parse_version_selector, VersionSelector};
+use crate::select::WindowArgs;
+use crate::store::Store;
+use crate::{Empty, Usage};
+
+/// Arguments of `diff`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DiffArgs {
+    /// The deploy before: version=VALUE (`service.version`).
+    #[arg(long, value_parser = parse_version_selector, value_name = "version=A")]
+    pub(crate) old: VersionSelector,
+    /// The deploy after: version=VALUE.
+    #[arg(long, value_parser = parse_version_selector, value_name = "version=B")]
+    pub(crate) new: VersionSelector,
+    /// Growth of a frame's share of CPU that counts as a regression (0.02 = two points).
+    #[arg(long, default_value_t = 0.02, value_parser = parse_fraction)]
+    pub(crate) threshold: f64,
+    /// Compare only the last WINDOW of the old deploy with the first WINDOW of the new one
+    /// (e.g. 30m); by default all of each.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) window: Option<u64>,
+    #[command(flatten)]
+    pub(crate) windows: WindowArgs,
+}
+
+/// One window's CPU by frame, and which side it is on.
+#[derive(Debug)]
+struct Side {
+    new: bool,
+    start: u64,
+    end: u64,
+    cpu: Tally,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Summary {
+    selector: String,
+    windows: usize,
+    cpu_samples: u64,
+}
+
+/// Returns whether a regression was found.
+pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Result<bool> {
+    if args.windows.version.is_some() {
+        return Err(Usage("diff takes versions from --old and --new, not --version".into()).into());
+    }
+    let filter = args.windows.filter();
+    let (old_v, new_v) = (&args.old.0, &args.new.0);
+    let files = store.list(&filter)?;
+    let sides: Vec<Side> = store
+        .fold(&files, Vec::new, |acc, _, p| {
+            let version = p.resource.version.as_deref();
+            let new = version == Some(new_v.as_str());
+            if !filter.matches_window(&p) || !(new || version == Some(old_v.as_str())) {
+                return;
+            }
+            acc.push(Side {
+                new,
+                start: p.start_unix_ns,
+                end: p.start_unix_ns + p.duration_ns,
+                cpu: query::cpu_by_frame(std::slice::from_ref(&p), &filter),
+            });
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+    let old_end = sides.iter().filter(|s| !s.new).map(|s| s.end).max();
+    let new_start = sides.iter().filter(|s| s.new).map(|s| s.start).min();
+    let (mut old, mut new) = (Tally::default(), Tally::default());
+    let mut old_sum = summary(&args.old);
+    let mut new_sum = summary(&args.new);
+    for s in sides {
+        let in_window = match (args.window, s.new) {
+            (None, _) => true,
+            (Some(w), false) => old_end.is_some_and(|e| s.end > e.saturating_sub(w)),
+            (Some(w), true) => new_start.is_some_and(|b| s.start < b.saturating_add(w)),
+        };
+        if !in_window {
+            continue;
+        }
+        let (t, sum) = if s.new {
+            (&mut new, &mut new_sum)
+        } else {
+            (&mut old, &mut old_sum)
+        };
+        sum.windows += 1;
+        sum.cpu_samples += s.cpu.total;
+        t.merge(s.cpu);
+    }
+    for sum in [&old_sum, &new_sum] {
+        if sum.cpu_samples == 0 {
+            return Err(Empty(format!(
+                "no CPU samples for {} in the selected windows ({} window(s))",
+                sum.selector, sum.windows
+            ))
+            .into());
+        }
+    }
+    let grew: Vec<FrameChange> = query::diff_tallies(&old, &new, args.threshold);
+    if json {
+        let out = serde_json::json!({
+            "old": old_sum,
+            "new": new_sum,
+            "threshold": args.threshold,
+            "regressions": grew,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(!grew.is_empty());
+    }
+    println!(
+        "old {}: {} window(s), {} CPU samples; new {}: {} window(s), {} CPU samples",
+        old_sum.selector,
+        old_sum.windows,
+        old_sum.cpu_samples,
+        new_sum.selector,
+        new_sum.windows,
+        new_sum.cpu_samples
+    );
+    for c in &grew {
+        println!(
+            "REGRESSION {}: {:.1}% -> {:.1}%",
+            c.function,
+            c.old_share * 100.0,
+            c.new_share * 100.0
+        );
+    }
+    if grew.is_empty() {
+        println!(
+            "no frame's share of CPU grew by more than {:.1} points",
+            args.threshold * 100.0
+        );
+    }
+    Ok(!grew.is_empty())
+}
+
+fn summary(v: &VersionSelector) -> Summary {
+    Summary {
+        selector: format!("version={}", v.0),
+        ..Summary::default()
+    }
+}

@@ -1,0 +1,73 @@
+//! `span-profile flame`: an interactive SVG flame graph (inferno) of any selection.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use span_profile_core::query::{self, Tally};
+
+use crate::select::{self, SelectorArgs};
+use crate::store::Store;
+use crate::Empty;
+
+/// Arguments of `flame`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct FlameArgs {
+    #[command(flatten)]
+    pub(crate) select: SelectorArgs,
+    /// Where to write the SVG (`-` for standard output).
+    #[arg(short, long, value_name = "FILE")]
+    pub(crate) output: PathBuf,
+    /// The graph's title (default: the selection).
+    #[arg(long)]
+    pub(crate) title: Option<String>,
+}
+
+pub(crate) fn run(store: &Store<'_>, args: &FlameArgs, json: bool) -> anyhow::Result<()> {
+    let (filter, stacks) = select::query(store, &args.select, query::folded_stacks, Tally::merge)?;
+    let what = match filter.span_id {
+        Some(id) => format!("span {id}"),
+        None => args.select.describe(&filter),
+    };
+    if stacks.total == 0 {
+        return Err(Empty(format!("no samples for {what}")).into());
+    }
+    let lines: Vec<String> = stacks
+        .sorted()
+        .into_iter()
+        .map(|(stack, n)| format!("{stack} {n}"))
+        .collect();
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = args
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("{what}: {} samples", stacks.total));
+    opts.count_name = "samples".into();
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
+        .context("cannot render the flame graph")?;
+    if args.output.as_os_str() == "-" {
+        io::stdout().write_all(&svg)?;
+    } else {
+        fs::write(&args.output, &svg)
+            .with_context(|| format!("cannot write {}", args.output.display()))?;
+        if json {
+            let out = serde_json::json!({
+                "output": args.output,
+                "selection": what,
+                "samples": stacks.total,
+                "stacks": lines.len(),
+            });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        } else {
+            println!(
+                "wrote {} ({what}: {} samples, {} stacks)",
+                args.output.display(),
+                stacks.total,
+                lines.len()
+            );
+        }
+    }
+    Ok(())
+}
