@@ -260,17 +260,9 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
                 .map_or(0, |&v| unsigned(v))
         };
         let mut labels: [Option<&str>; 6] = [None; 6];
-        const KEYS: [&str; 6] = [
-            keys::TRACE_ID,
-            keys::SPAN_ID,
-            keys::LOCAL_ROOT_SPAN_ID,
-            keys::ROUTE,
-            keys::THREAD_NAME,
-            keys::TASK_NAME,
-        ];
         for (li, l) in s.label.iter().enumerate() {
             let key = strings.get(l.key, || format!("sample {si} label {li} key"))?;
-            if let Some(k) = KEYS.iter().position(|&k| k == key) {
+            if let Some(k) = keys::ALL.iter().position(|&k| k == key) {
                 let v = strings.get(l.str, || format!("sample {si} label {key}"))?;
                 if let Some(slot) = labels.get_mut(k) {
                     slot.get_or_insert(v);

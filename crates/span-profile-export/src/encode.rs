@@ -30,6 +30,15 @@ pub(crate) mod keys {
     pub(crate) const ROUTE: &str = "route";
     pub(crate) const THREAD_NAME: &str = "thread_name";
     pub(crate) const TASK_NAME: &str = "task_name";
+    /// All of them, in the order samples write them.
+    pub(crate) const ALL: [&str; 6] = [
+        TRACE_ID,
+        SPAN_ID,
+        LOCAL_ROOT_SPAN_ID,
+        ROUTE,
+        THREAD_NAME,
+        TASK_NAME,
+    ];
 }
 
 /// Encodes one window as gzip-compressed pprof (a `.pb.gz`), readable by `go tool pprof`.
@@ -328,15 +337,7 @@ fn to_head(profile: &Profile) -> (pprof::Profile, SampleRows) {
         id
     });
 
-    let keys = [
-        keys::TRACE_ID,
-        keys::SPAN_ID,
-        keys::LOCAL_ROOT_SPAN_ID,
-        keys::ROUTE,
-        keys::THREAD_NAME,
-        keys::TASK_NAME,
-    ]
-    .map(|k| strings.get(k));
+    let keys = keys::ALL.map(|k| strings.get(k));
     let mut span_strings: FxHashMap<SpanContext, [i64; 3]> = FxHashMap::default();
     let rows = profile
         .samples

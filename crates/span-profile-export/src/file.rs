@@ -92,6 +92,15 @@ pub struct StoreRead {
     pub skipped: Vec<SkippedFile>,
 }
 
+/// What [`FileStore::list`] found: stored windows by start time, and what it could not read.
+#[derive(Debug, Default)]
+pub struct StoreListing {
+    /// Stored windows that pass the filter, by start time (then service, instance, seq).
+    pub files: Vec<StoredFile>,
+    /// Subdirectories or files whose metadata could not be read.
+    pub skipped: Vec<SkippedFile>,
+}
+
 /// A file or directory that [`FileStore::read`] or [`FileStore::list`] could not read.
 #[derive(Debug)]
 pub struct SkippedFile {
@@ -193,10 +202,7 @@ impl FileStore {
     /// by start time. Unreadable subdirectories are returned as skipped.
     ///
     /// An error means the root directory itself cannot be read.
-    pub fn list(
-        dir: impl AsRef<Path>,
-        filter: &StoreFilter,
-    ) -> Result<(Vec<StoredFile>, Vec<SkippedFile>), StoreError> {
+    pub fn list(dir: impl AsRef<Path>, filter: &StoreFilter) -> Result<StoreListing, StoreError> {
         let dir = dir.as_ref();
         let mut files = Vec::new();
         let mut skipped = Vec::new();
@@ -274,14 +280,14 @@ impl FileStore {
                 b.seq,
             ))
         });
-        Ok((files, skipped))
+        Ok(StoreListing { files, skipped })
     }
 
     /// Reads and decodes the stored windows that pass `filter`, by start time. Files are
     /// chosen by their names first; corrupt or truncated files are skipped and listed, never
     /// fatal. An error means the root directory itself cannot be read.
     pub fn read(dir: impl AsRef<Path>, filter: &StoreFilter) -> Result<StoreRead, StoreError> {
-        let (files, skipped) = Self::list(dir, filter)?;
+        let StoreListing { files, skipped } = Self::list(dir, filter)?;
         let mut out = StoreRead {
             profiles: Vec::with_capacity(files.len()),
             skipped,

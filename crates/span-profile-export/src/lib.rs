@@ -41,6 +41,6 @@ pub use encode::{encode_pprof, encode_pprof_raw, TRUNCATED_FRAME};
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub use file::{
-    sanitize_component, FileStore, SkippedFile, StoreError, StoreFilter, StoreRead, StoredFile,
-    FILE_SUFFIX, TEMP_PREFIX,
+    sanitize_component, FileStore, SkippedFile, StoreError, StoreFilter, StoreListing, StoreRead,
+    StoredFile, FILE_SUFFIX, TEMP_PREFIX,
 };

@@ -98,3 +98,20 @@ pub(crate) fn stack_override(profile: &Profile) -> Option<Vec<u32>> {
         Some(profile.samples.iter().map(|s| s.stack).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_missing_or_unknown_counters_fall_back_to_defaults() {
+        let m: MetaIn =
+            serde_json::from_str(r#"{"v":1,"stats":{"ticks":7,"from_the_future":1}}"#).unwrap();
+        let stats = m.stats().unwrap();
+        assert_eq!(stats.ticks, 7);
+        assert_eq!(stats.dropped_samples, 0);
+        let m: MetaIn = serde_json::from_str("{}").unwrap();
+        assert_eq!(m.stats().unwrap(), WindowStats::default());
+        assert!(m.resource.is_none() && m.spans.is_empty());
+    }
+}

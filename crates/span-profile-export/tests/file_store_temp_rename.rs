@@ -122,7 +122,9 @@ fn filters_apply_to_names_before_decoding() {
     let starts: Vec<_> = read.profiles.iter().map(|p| p.start_unix_ns).collect();
     assert_eq!(starts, [t0 + day]);
 
-    let (listed, _) = FileStore::list(dir.path(), &StoreFilter::default()).unwrap();
+    let listed = FileStore::list(dir.path(), &StoreFilter::default())
+        .unwrap()
+        .files;
     assert_eq!(listed.len(), 5);
     assert_eq!(listed[0].start_unix_ms, t0 / 1_000_000);
     assert!(listed
