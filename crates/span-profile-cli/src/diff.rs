@@ -28,9 +28,10 @@ pub(crate) struct DiffArgs {
     pub(crate) windows: WindowArgs,
 }
 
-/// One window's CPU by frame, and which side it is on.
+/// One window's CPU by frame, and which sides it is on.
 #[derive(Debug)]
 struct Side {
+    old: bool,
     new: bool,
     start: u64,
     end: u64,
@@ -55,11 +56,13 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
     let sides: Vec<Side> = store
         .fold(&files, Vec::new, |acc, _, p| {
             let version = p.resource.version.as_deref();
+            let old = version == Some(old_v.as_str());
             let new = version == Some(new_v.as_str());
-            if !filter.matches_window(&p) || !(new || version == Some(old_v.as_str())) {
+            if !filter.matches_window(&p) || !(old || new) {
                 return;
             }
             acc.push(Side {
+                old,
                 new,
                 start: p.start_unix_ns,
                 end: p.start_unix_ns + p.duration_ns,
@@ -69,28 +72,31 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
         .into_iter()
         .flatten()
         .collect();
-    let old_end = sides.iter().filter(|s| !s.new).map(|s| s.end).max();
+    let old_end = sides.iter().filter(|s| s.old).map(|s| s.end).max();
     let new_start = sides.iter().filter(|s| s.new).map(|s| s.start).min();
     let (mut old, mut new) = (Tally::default(), Tally::default());
     let mut old_sum = summary(&args.old);
     let mut new_sum = summary(&args.new);
     for s in sides {
-        let in_window = match (args.window, s.new) {
-            (None, _) => true,
-            (Some(w), false) => old_end.is_some_and(|e| s.end > e.saturating_sub(w)),
-            (Some(w), true) => new_start.is_some_and(|b| s.start < b.saturating_add(w)),
-        };
-        if !in_window {
-            continue;
+        // The last WINDOW of the old deploy, the first WINDOW of the new one.
+        let in_old = s.old
+            && args
+                .window
+                .is_none_or(|w| old_end.is_some_and(|e| s.end > e.saturating_sub(w)));
+        let in_new = s.new
+            && args
+                .window
+                .is_none_or(|w| new_start.is_some_and(|b| s.start < b.saturating_add(w)));
+        for (on, t, sum) in [
+            (in_old, &mut old, &mut old_sum),
+            (in_new, &mut new, &mut new_sum),
+        ] {
+            if on {
+                sum.windows += 1;
+                sum.cpu_samples += s.cpu.total;
+                t.merge(s.cpu.clone());
+            }
         }
-        let (t, sum) = if s.new {
-            (&mut new, &mut new_sum)
-        } else {
-            (&mut old, &mut old_sum)
-        };
-        sum.windows += 1;
-        sum.cpu_samples += s.cpu.total;
-        t.merge(s.cpu);
     }
     for sum in [&old_sum, &new_sum] {
         if sum.cpu_samples == 0 {

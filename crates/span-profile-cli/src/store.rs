@@ -11,7 +11,8 @@ use anyhow::Context as _;
 use span_profile_core::query::Filter;
 use span_profile_core::Profile;
 use span_profile_export::{
-    decode_pprof, FileStore, SkippedFile, StoreError, StoreFilter, StoredFile, MAX_DECOMPRESSED_LEN,
+    decode_pprof, FileStore, SkippedFile, StoreError, StoreFilter, StoreListing, StoredFile,
+    MAX_DECOMPRESSED_LEN,
 };
 
 const MS_PER_HOUR: u64 = 3_600_000;
@@ -47,7 +48,7 @@ impl<'a> Store<'a> {
                 .map(|t| t.saturating_sub(MS_PER_DAY * NS_PER_MS)),
             until_unix_ns: filter.until_unix_ns,
         };
-        let (mut files, skipped) = FileStore::list(self.dir, &store_filter)
+        let StoreListing { mut files, skipped } = FileStore::list(self.dir, &store_filter)
             .with_context(|| format!("cannot list the store {}", self.dir.display()))?;
         self.note_skipped(skipped);
         if let Some(since) = filter.since_unix_ns {

@@ -127,9 +127,21 @@ impl StackWalker for ScriptWalker {
     }
 }
 
-/// A profiler writing to a file store at `dir`, sampling `script` at 100 Hz.
+/// A profiler writing 60 s windows to a file store at `dir`, sampling `script` at 100 Hz.
 pub fn profiler(dir: &Path, service: &str, version: &str, script: &Script) -> Profiler {
+    profiler_with_window(dir, service, version, script, Duration::from_secs(60))
+}
+
+/// The same with windows of `window`.
+pub fn profiler_with_window(
+    dir: &Path,
+    service: &str,
+    version: &str,
+    script: &Script,
+    window: Duration,
+) -> Profiler {
     Profiler::builder()
+        .with_window(window)
         .with_service(service)
         .with_version(version)
         .with_instance("test-1")
@@ -198,8 +210,13 @@ pub fn ms(n: u64) {
 /// some `apply_discount`), then a quicker `pricing.calculate` (span 3, about 150 ms) in trace
 /// 0xbeef, and a `GET /orders` request (span 4, trace 0xcafe) that also parses dates.
 pub fn record_checkout(dir: &Path, version: &str) {
+    record_checkout_in_windows(dir, version, Duration::from_secs(60));
+}
+
+/// [`record_checkout`] with windows of `window`, so that spans cross windows.
+pub fn record_checkout_in_windows(dir: &Path, version: &str, window: Duration) {
     let script = Script::default();
-    let p = profiler(dir, "checkout", version, &script);
+    let p = profiler_with_window(dir, "checkout", version, &script, window);
     let root = start_span(&p, 0xfeed, 1, None, "POST /checkout", Some("/checkout"));
     script.set(HANDLE);
     ms(50);
@@ -228,6 +245,28 @@ pub fn record_checkout(dir: &Path, version: &str) {
     orders.end();
     script.set(IDLE);
     p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
+}
+
+/// The number of stored windows under `dir`.
+pub fn count_files(dir: &Path) -> usize {
+    let mut n = 0;
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.to_string_lossy().ends_with(".pb.gz") {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Parses JSON output.
+pub fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
 /// Runs the built `span-profile` with `args`.

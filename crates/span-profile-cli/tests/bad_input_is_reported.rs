@@ -1,0 +1,126 @@
+//! Bad input: corrupt and truncated files are skipped, counted and reported on stderr; an
+//! empty selection says so and exits 3; bad durations, times and ids are errors (exit 2) that
+//! show the expected form.
+
+mod common;
+
+use std::fs;
+
+use common::*;
+
+#[test]
+fn corrupt_and_truncated_files_are_skipped_with_a_warning() {
+    let dir = TempDir::new("bad");
+    record_checkout(dir.path(), "1.0");
+    let good = run_ok(&["top", s(dir.path()), "--slowest", "pricing.calculate"], 0);
+
+    // Next to the real window: a truncated copy and a file of garbage, named like windows.
+    let window = walk(dir.path()).into_iter().next().unwrap();
+    let bytes = fs::read(&window).unwrap();
+    let day = window.parent().unwrap();
+    fs::write(day.join("1-test-900.pb.gz"), &bytes[..bytes.len() / 2]).unwrap();
+    fs::write(day.join("2-test-901.pb.gz"), b"not a profile at all").unwrap();
+
+    let o = run(&["top", s(dir.path()), "--slowest", "pricing.calculate"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), good, "the answer leaves the bad files out");
+    let err = stderr(&o);
+    assert!(
+        err.contains("warning: skipped 2 unreadable file(s)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1-test-900.pb.gz") && err.contains("2-test-901.pb.gz"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_empty_selection_exits_3() {
+    let dir = TempDir::new("empty");
+    record_checkout(dir.path(), "1.0");
+    let o = run(&["top", s(dir.path()), "--slowest", "no.such.span"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        stderr(&o).contains("no ended span named \"no.such.span\""),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["top", s(dir.path()), "--route", "/nowhere"]);
+    assert_eq!(o.status.code(), Some(3));
+    let o = run(&[
+        "top",
+        s(dir.path()),
+        "--service",
+        "checkout",
+        "--until",
+        "2000-01-01T00:00:00Z",
+    ]);
+    assert_eq!(o.status.code(), Some(3));
+}
+
+#[test]
+fn bad_values_show_the_expected_form() {
+    let dir = TempDir::new("args");
+    let d = s(dir.path());
+    for (args, expected) in [
+        (vec!["top", d, "--span-id", "12"], "expected 16 hex digits"),
+        (vec!["top", d, "--trace-id", "zz"], "expected 32 hex digits"),
+        (vec!["top", d, "--since", "yesterday"], "expected RFC 3339"),
+        (
+            vec!["diff", d, "--old", "1.0", "--new", "version=2"],
+            "expected version=VALUE",
+        ),
+        (
+            vec![
+                "diff",
+                d,
+                "--old",
+                "version=1",
+                "--new",
+                "version=2",
+                "--window",
+                "5x",
+            ],
+            "expected a duration such as",
+        ),
+        (
+            vec![
+                "diff",
+                d,
+                "--old",
+                "version=1",
+                "--new",
+                "version=2",
+                "--threshold",
+                "5",
+            ],
+            "expected a number from 0 to 1",
+        ),
+        (
+            vec!["compact", d, "--full", "two weeks"],
+            "expected a duration such as",
+        ),
+        (
+            vec!["top", "/no/such/store", "--route", "/"],
+            "is not a directory",
+        ),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{args:?}: {}", stderr(&o));
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

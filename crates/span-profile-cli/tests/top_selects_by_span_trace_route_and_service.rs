@@ -1,0 +1,93 @@
+//! `top` by span (alone and with children), trace, route and service, on windows short enough
+//! that the spans cross them; selectors combine, and an empty combination exits 3.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const FEED: &str = "0000000000000000000000000000feed";
+
+#[test]
+fn each_selector_reports_its_own_samples() {
+    let dir = TempDir::new("top");
+    record_checkout_in_windows(dir.path(), "1.0", Duration::from_millis(200));
+    let d = s(dir.path());
+    assert!(count_files(dir.path()) > 3, "the spans cross windows");
+
+    // The root span alone: only its own samples (render), no coverage verdict on children.
+    let root = run_ok(&["top", d, "--span-id", "0000000000000001"], 0);
+    assert!(root.starts_with("span POST /checkout "), "{root}");
+    assert!(
+        root.contains("  render\n") || root.contains("  render"),
+        "{root}"
+    );
+    assert!(!root.contains("parse_date"), "{root}");
+
+    // With children: the child's parse_date samples join in, and coverage is about the whole.
+    let all = run_ok(
+        &["top", d, "--span-id", "0000000000000001", "--with-children"],
+        0,
+    );
+    assert!(
+        all.lines().next().unwrap().contains(" with children -> "),
+        "{all}"
+    );
+    assert!(all.contains("parse_date"), "{all}");
+    assert!(
+        all.lines().last().unwrap().starts_with("coverage: "),
+        "{all}"
+    );
+
+    // A trace: both spans of 0xfeed, nothing of the other traces.
+    let trace = run_ok(&["top", d, "--trace-id", FEED], 0);
+    assert!(trace.starts_with(&format!("trace {FEED} -> ")), "{trace}");
+    assert!(!trace.contains("list_orders"), "{trace}");
+
+    // A route: its share of the windows' samples, and its frames.
+    let route = run_ok(&["top", d, "--route", "/orders"], 0);
+    assert!(route.starts_with("route /orders -> "), "{route}");
+    assert!(route.contains("% of the "), "{route}");
+    assert!(route.contains("list_orders"), "{route}");
+
+    // A service alone: CPU by top-level frame (the request thread's `serve`, the idle loop).
+    let svc = run_ok(&["top", d, "--service", "checkout"], 0);
+    assert!(svc.starts_with("service checkout: "), "{svc}");
+    assert!(svc.contains("by top-level frame"), "{svc}");
+    let roots: Vec<&str> = svc
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit("  ").next().unwrap())
+        .collect();
+    assert_eq!(roots.len(), 2, "{svc}");
+    assert!(
+        roots.contains(&"serve") && roots.contains(&"idle_loop"),
+        "{svc}"
+    );
+
+    // Combined selectors, as JSON.
+    let both = json(&run_ok(
+        &[
+            "top",
+            d,
+            "--service",
+            "checkout",
+            "--route",
+            "/checkout",
+            "--json",
+        ],
+        0,
+    ));
+    assert!(both["samples"].as_u64().unwrap() > 0, "{both}");
+    assert!(both["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["function"] == "parse_date"));
+
+    // A combination nothing matches says so and exits 3.
+    let o = run(&["top", d, "--route", "/orders", "--trace-id", FEED]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no samples"), "{}", stderr(&o));
+}
