@@ -108,7 +108,14 @@ pub enum DecodeError {
 /// ```
 pub fn decode_pprof(data: &[u8]) -> Result<Profile, DecodeError> {
     let msg = if data.starts_with(&[0x1f, 0x8b]) {
-        let mut raw = Vec::new();
+        // The gzip trailer holds the length mod 2^32: a good first capacity, capped.
+        let hint = data
+            .len()
+            .checked_sub(4)
+            .and_then(|i| data.get(i..))
+            .and_then(|t| <[u8; 4]>::try_from(t).ok())
+            .map_or(0, u32::from_le_bytes);
+        let mut raw = Vec::with_capacity((hint as usize).min(64 << 20));
         GzDecoder::new(data)
             .take(MAX_DECOMPRESSED_LEN + 1)
             .read_to_end(&mut raw)
@@ -223,7 +230,10 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
     }
 
     let mut stacks: Vec<Stack> = Vec::new();
-    let mut stack_index: FxHashMap<Stack, u32> = FxHashMap::default();
+    let mut stack_index: FxHashMap<&[u64], u32> =
+        FxHashMap::with_capacity_and_hasher(msg.sample.len(), Default::default());
+    // Parsed span contexts by their label strings' indices: each id is parsed once.
+    let mut span_cache: FxHashMap<[i64; 3], Option<SpanContext>> = FxHashMap::default();
     let mut interned: FxHashMap<&str, Arc<str>> = FxHashMap::default();
     let mut samples = Vec::with_capacity(msg.sample.len());
     for (si, s) in msg.sample.iter().enumerate() {
@@ -234,22 +244,29 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
                 expected: msg.sample_type.len(),
             });
         }
-        let mut stack = Stack::default();
-        for &id in &s.location_id {
-            if Some(id) == truncated_location {
-                stack.truncated = true;
-                continue;
+        // Samples that share a location list share a stack. Distinct lists give distinct
+        // stacks, except in hand-made files with the truncation marker not outermost, where
+        // the table may then hold a duplicate: harmless, as every index stays valid.
+        let stack = match stack_index.get(s.location_id.as_slice()) {
+            Some(&i) => i,
+            None => {
+                let mut stack = Stack::default();
+                for &id in &s.location_id {
+                    if Some(id) == truncated_location {
+                        stack.truncated = true;
+                        continue;
+                    }
+                    let &(a, b) = location_frames
+                        .get(&id)
+                        .ok_or(DecodeError::UnknownLocation { sample: si, id })?;
+                    stack.frames.extend((a..b).map(|f| f as FrameIndex));
+                }
+                let i = stacks.len() as u32;
+                stacks.push(stack);
+                stack_index.insert(&s.location_id, i);
+                i
             }
-            let &(a, b) = location_frames
-                .get(&id)
-                .ok_or(DecodeError::UnknownLocation { sample: si, id })?;
-            stack.frames.extend((a..b).map(|f| f as FrameIndex));
-        }
-        let next = stacks.len() as u32;
-        let stack = *stack_index.entry(stack).or_insert_with_key(|k| {
-            stacks.push(k.clone());
-            next
-        });
+        };
 
         let value = |col: usize| {
             columns
@@ -260,17 +277,31 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
                 .map_or(0, |&v| unsigned(v))
         };
         let mut labels: [Option<&str>; 6] = [None; 6];
+        // -1 for an absent label: no valid string index, so the key is exact.
+        let mut span_key = [-1i64; 3];
         for (li, l) in s.label.iter().enumerate() {
             let key = strings.get(l.key, || format!("sample {si} label {li} key"))?;
             if let Some(k) = keys::ALL.iter().position(|&k| k == key) {
                 let v = strings.get(l.str, || format!("sample {si} label {key}"))?;
                 if let Some(slot) = labels.get_mut(k) {
-                    slot.get_or_insert(v);
+                    if slot.is_none() {
+                        *slot = Some(v);
+                        if let Some(sk) = span_key.get_mut(k) {
+                            *sk = l.str;
+                        }
+                    }
                 }
             }
         }
         let [trace, span, root, route, thread, task] = labels;
-        let span = span_context(si, trace, span, root)?;
+        let span = match span_cache.get(&span_key) {
+            Some(&c) => c,
+            None => {
+                let c = span_context(si, trace, span, root)?;
+                span_cache.insert(span_key, c);
+                c
+            }
+        };
         let route = route.unwrap_or(BACKGROUND_ROUTE);
         samples.push(ProfileSample {
             stack,
