@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::fxhash::FxBuild;
 use crate::labels::{LabelId, LabelValues};
 use crate::spans::WindowSpans;
 use crate::{
     Frame, FrameIndex, Profile, ProfileSample, RawFrame, Resource, SpanContext, Stack, WindowStats,
 };
+use rustc_hash::FxBuildHasher as FxBuild;
 
 /// Limits of one window.
 #[derive(Debug, Clone, Copy)]

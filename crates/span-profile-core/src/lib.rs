@@ -25,7 +25,6 @@
 mod aggregate;
 mod export;
 mod frame;
-mod fxhash;
 mod id;
 mod key;
 pub mod labels;

@@ -60,6 +60,7 @@ impl SpanRecord {
 
 /// What was lost or degraded in a window, and what the profiler cost. Every drop has a counter.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct WindowStats {
     /// Sampler ticks in the window.

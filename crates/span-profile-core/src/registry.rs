@@ -11,9 +11,9 @@ use std::num::NonZeroU64;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::fxhash::FxBuild;
 use crate::labels::LabelId;
 use crate::{ExecutionKey, SpanContext, SpanId, TraceId};
+use rustc_hash::FxBuildHasher as FxBuild;
 
 /// What the registry publishes for a key: the innermost span and its route label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -289,7 +289,7 @@ impl Default for ActiveSpanRegistry {
 fn hash_key(key: ExecutionKey) -> u64 {
     // A fixed multiplicative mix: fast, and stable across runs (no random state needed, keys
     // are not attacker-chosen).
-    let mut h = crate::fxhash::FxHasher::default();
+    let mut h = rustc_hash::FxHasher::default();
     key.hash(&mut h);
     h.finish()
 }

@@ -12,9 +12,9 @@ use span_profile_core::{
 };
 
 use crate::encode::{keys, SAMPLE_TYPES};
-use crate::hash::FxHashMap;
 use crate::meta::{MetaIn, META_PREFIX, META_VERSION};
 use crate::pprof;
+use rustc_hash::FxHashMap;
 
 /// The largest decompressed profile [`decode_pprof`] accepts: 256 MiB.
 pub const MAX_DECOMPRESSED_LEN: u64 = 256 << 20;

@@ -7,9 +7,9 @@ use flate2::Compression;
 use prost::Message;
 use span_profile_core::{Profile, SpanContext};
 
-use crate::hash::FxHashMap;
 use crate::meta::{stack_override, MetaOut, META_PREFIX, META_VERSION};
 use crate::pprof;
+use rustc_hash::FxHashMap;
 
 /// Function name of the synthetic outermost frame added to stacks cut at the depth cap.
 pub const TRUNCATED_FRAME: &str = "[truncated]";

@@ -32,7 +32,6 @@ mod decode;
 mod encode;
 #[cfg(feature = "file")]
 mod file;
-mod hash;
 mod meta;
 pub mod pprof;
 

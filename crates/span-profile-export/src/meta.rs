@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::hash::FxHashSet;
+use rustc_hash::FxHashSet;
 use span_profile_core::{Profile, Resource, SpanRecord, Stack, WindowStats};
 
 /// The prefix of the comment that carries [`Meta`].
