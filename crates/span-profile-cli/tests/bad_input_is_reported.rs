@@ -15,7 +15,7 @@ fn corrupt_and_truncated_files_are_skipped_with_a_warning() {
     let good = run_ok(&["top", s(dir.path()), "--slowest", "pricing.calculate"], 0);
 
     // Next to the real window: a truncated copy and a file of garbage, named like windows.
-    let window = walk(dir.path()).into_iter().next().unwrap();
+    let window = window_files(dir.path()).into_iter().next().unwrap();
     let bytes = fs::read(&window).unwrap();
     let day = window.parent().unwrap();
     fs::write(day.join("1-test-900.pb.gz"), &bytes[..bytes.len() / 2]).unwrap();
@@ -110,17 +110,4 @@ fn bad_values_show_the_expected_form() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(expected), "{args:?}: {}", stderr(&o));
     }
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }

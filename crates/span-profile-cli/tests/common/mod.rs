@@ -247,9 +247,9 @@ pub fn record_checkout_in_windows(dir: &Path, version: &str, window: Duration) {
     p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
 }
 
-/// The number of stored windows under `dir`.
-pub fn count_files(dir: &Path) -> usize {
-    let mut n = 0;
+/// The stored windows (`.pb.gz` files) under `dir`.
+pub fn window_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
         for e in std::fs::read_dir(d).unwrap().flatten() {
@@ -257,11 +257,16 @@ pub fn count_files(dir: &Path) -> usize {
             if p.is_dir() {
                 todo.push(p);
             } else if p.to_string_lossy().ends_with(".pb.gz") {
-                n += 1;
+                out.push(p);
             }
         }
     }
-    n
+    out
+}
+
+/// The number of stored windows under `dir`.
+pub fn count_files(dir: &Path) -> usize {
+    window_files(dir).len()
 }
 
 /// Parses JSON output.
