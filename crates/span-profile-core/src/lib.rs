@@ -23,6 +23,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod aggregate;
+mod budget;
 mod export;
 mod frame;
 mod id;
@@ -40,6 +41,7 @@ mod spans;
 mod walker;
 
 pub use aggregate::{AggregatorLimits, Sample, StackIndex, WindowAggregator};
+pub use budget::BudgetController;
 pub use export::{ExportError, Exporter};
 pub use frame::{Frame, FrameIndex, RawFrame, Stack};
 pub use id::{ParseIdError, SpanContext, SpanId, TraceId};

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 
 use crate::aggregate::{AggregatorLimits, Sample, WindowAggregator};
+use crate::budget::{BudgetController, ThreadCpuClock};
 use crate::labels::{LabelValues, ResourceAttributeError};
 use crate::registry::ActiveSpanRegistry;
 use crate::spans::SpanTable;
@@ -115,6 +116,7 @@ pub struct ProfilerBuilder {
     export_queue: usize,
     export_timeout: Duration,
     limits: AggregatorLimits,
+    overhead_budget: Option<f64>,
     registry: Arc<ActiveSpanRegistry>,
     spans: Arc<SpanTable>,
 }
@@ -141,6 +143,7 @@ impl Default for ProfilerBuilder {
             export_queue: 4,
             export_timeout: Duration::from_secs(30),
             limits: AggregatorLimits::default(),
+            overhead_budget: Some(0.01),
             registry: Arc::new(ActiveSpanRegistry::default()),
             spans: Arc::new(SpanTable::default()),
         }
@@ -211,6 +214,14 @@ impl ProfilerBuilder {
         self.export_timeout = timeout;
         self
     }
+    /// The CPU the sampling thread may use, as a fraction of one core (default 0.01 = 1%).
+    /// Over budget, the sampling interval stretches (samples are weighted by the real
+    /// interval, so totals stay right) and comes back when there is room; each window reports
+    /// the rate it achieved. `None` samples at the configured rate whatever it costs.
+    pub fn with_overhead_budget(mut self, budget: Option<f64>) -> Self {
+        self.overhead_budget = budget;
+        self
+    }
     /// Per-window aggregation limits.
     pub fn with_limits(mut self, limits: AggregatorLimits) -> Self {
         self.limits = limits;
@@ -249,6 +260,16 @@ impl ProfilerBuilder {
                 reason: format!("{:?} is outside 10ms..=1h", self.window),
             });
         }
+        if let Some(b) = self.overhead_budget {
+            if !(b > 0.0 && b <= 1.0) {
+                return Err(StartError::InvalidSetting {
+                    name: "overhead_budget",
+                    reason: format!(
+                        "{b} is outside (0, 1]: it is a fraction of one core, 0.01 = 1%"
+                    ),
+                });
+            }
+        }
         let walker = self.walker.ok_or(StartError::NoWalker)?;
         let mut resource = self.resource;
         if resource.instance.is_none() {
@@ -278,6 +299,7 @@ impl ProfilerBuilder {
             agg: WindowAggregator::new(self.limits),
             resource,
             interval: Duration::from_nanos(1_000_000_000 / u64::from(self.rate_hz)),
+            budget: self.overhead_budget,
             window: self.window,
             counters: counters.clone(),
             win_tx,
@@ -409,7 +431,10 @@ struct Sampler {
     spans: Arc<SpanTable>,
     agg: WindowAggregator,
     resource: Resource,
+    /// The configured interval.
     interval: Duration,
+    /// The CPU budget, as a fraction of one core.
+    budget: Option<f64>,
     window: Duration,
     counters: Arc<Counters>,
     win_tx: Sender<Arc<Profile>>,
@@ -434,11 +459,16 @@ fn window_end(now_ns: u64, window_ns: u64) -> u64 {
 impl Sampler {
     fn run(mut self) {
         self.walker.on_start();
+        let clock = ThreadCpuClock::for_current_thread();
+        let mut budget = self
+            .budget
+            .map(|b| BudgetController::new(b, self.interval, Instant::now()));
+        let mut interval = self.interval;
         let window_ns = self.window.as_nanos() as u64;
         let mut start_ns = unix_ns(SystemTime::now());
         let mut end_ns = window_end(start_ns, window_ns);
-        let mut cpu_at_window_start = thread_cpu_ns();
-        let mut next = Instant::now() + self.interval;
+        let mut cpu_at_window_start = clock.now_ns();
+        let mut next = Instant::now() + interval;
         let mut last_tick = Instant::now();
         let mut ticks_in_window = 0u64;
         // Anything but a timeout (shutdown, or the Profiler handle is gone) ends the loop.
@@ -448,23 +478,28 @@ impl Sampler {
             last_tick = now;
             // Weight each sample by the real time since the last tick, capped at a few
             // intervals so a suspended process does not inflate one tick.
-            let nominal = self.interval.as_nanos() as u64;
+            let nominal = interval.as_nanos() as u64;
             self.tick_interval_ns = (elapsed.as_nanos() as u64).clamp(nominal / 2, nominal * 4);
-            if elapsed > self.interval * 2 {
+            if elapsed > interval * 2 {
                 self.agg.stats_mut().missed_ticks += 1;
             }
             self.tick();
             ticks_in_window += 1;
-            next += self.interval;
+            if let Some(b) = budget.as_mut().filter(|b| b.due(now)) {
+                if let Some(i) = b.observe(now, clock.now_ns()) {
+                    interval = i;
+                }
+            }
+            next += interval;
             if next < now {
                 // Fell behind (a long walk or a stopped process): skip, do not burst.
-                next = now + self.interval;
+                next = now + interval;
             }
             let now_ns = unix_ns(SystemTime::now());
             // A clock that jumped back before the window start closes the window too, so a
             // window never covers a negative span of time.
             if now_ns >= end_ns || now_ns < start_ns {
-                let cpu = thread_cpu_ns();
+                let cpu = clock.now_ns();
                 self.close_window(
                     start_ns,
                     now_ns.clamp(start_ns, end_ns),
@@ -477,7 +512,7 @@ impl Sampler {
                 end_ns = window_end(now_ns, window_ns);
             }
         }
-        let cpu = thread_cpu_ns();
+        let cpu = clock.now_ns();
         let now_ns = unix_ns(SystemTime::now()).max(start_ns);
         self.close_window(
             start_ns,
@@ -731,6 +766,7 @@ impl SamplerHarness {
                 agg: WindowAggregator::new(AggregatorLimits::default()),
                 resource: Resource::default(),
                 interval,
+                budget: None,
                 window: Duration::from_secs(60),
                 counters: Arc::new(Counters::default()),
                 win_tx,

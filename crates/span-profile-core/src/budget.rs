@@ -1,0 +1,199 @@
+//! Holding the agent's CPU budget: the sampling interval stretches when the sampler's own CPU
+//! use is over budget and shrinks back to the configured rate when there is room.
+
+use std::fs::File;
+use std::time::{Duration, Instant};
+
+/// How often the controller looks at the CPU clock.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+/// The interval never stretches beyond this many times the configured one.
+const MAX_SLOWDOWN: u32 = 50;
+
+/// Adjusts the sampling interval so that the sampler's CPU stays within `budget` (a fraction of
+/// one core, 0.01 = 1%).
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use span_profile_core::BudgetController;
+///
+/// let t0 = Instant::now();
+/// let mut b = BudgetController::new(0.01, Duration::from_millis(10), t0);
+/// // 250 ms of wall time in which the sampler used 10 ms of CPU: 4%, four times the budget.
+/// let slower = b.observe(t0 + Duration::from_millis(250), 10_000_000).unwrap();
+/// assert!(slower > Duration::from_millis(10));
+/// ```
+#[derive(Debug, Clone)]
+pub struct BudgetController {
+    budget: f64,
+    nominal: Duration,
+    current: Duration,
+    last_check: Instant,
+    last_cpu_ns: u64,
+    /// CPU share measured over the last check period.
+    last_usage: f64,
+}
+
+impl BudgetController {
+    /// A controller for `budget` (fraction of one core) around the `nominal` interval.
+    pub fn new(budget: f64, nominal: Duration, now: Instant) -> Self {
+        Self {
+            budget,
+            nominal,
+            current: nominal,
+            last_check: now,
+            last_cpu_ns: 0,
+            last_usage: 0.0,
+        }
+    }
+
+    /// The interval to sample at now.
+    pub fn interval(&self) -> Duration {
+        self.current
+    }
+
+    /// The CPU share measured over the last check period.
+    pub fn usage(&self) -> f64 {
+        self.last_usage
+    }
+
+    /// Whether it is time to read the CPU clock and call [`BudgetController::observe`].
+    pub fn due(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_check) >= CHECK_EVERY
+    }
+
+    /// Feeds the sampler thread's cumulative CPU time. Returns the new interval when it changed.
+    pub fn observe(&mut self, now: Instant, cpu_ns: u64) -> Option<Duration> {
+        if !self.due(now) {
+            return None;
+        }
+        let wall = now.saturating_duration_since(self.last_check);
+        let used = cpu_ns.saturating_sub(self.last_cpu_ns);
+        self.last_check = now;
+        self.last_cpu_ns = cpu_ns;
+        let usage = used as f64 / wall.as_nanos().max(1) as f64;
+        self.last_usage = usage;
+        let ratio = usage / self.budget;
+        let next = if ratio > 1.05 {
+            // Over budget: CPU per tick is roughly constant, so stretching the interval by the
+            // overshoot lands near the budget; cap each step so one noisy period cannot swing it.
+            self.current.mul_f64(ratio.min(2.0))
+        } else if ratio < 0.7 && self.current > self.nominal {
+            // Room to spare: come back gradually.
+            self.current.mul_f64((ratio / 0.85).max(0.5))
+        } else {
+            return None;
+        };
+        let next = next.clamp(self.nominal, self.nominal * MAX_SLOWDOWN);
+        (next != self.current).then(|| {
+            self.current = next;
+            next
+        })
+    }
+}
+
+/// The calling thread's CPU clock, read without allocating: `/proc/thread-self/schedstat`
+/// kept open and re-read in place. Must be created on the thread it measures.
+#[derive(Debug)]
+pub(crate) struct ThreadCpuClock {
+    file: Option<File>,
+}
+
+impl ThreadCpuClock {
+    pub(crate) fn for_current_thread() -> Self {
+        Self {
+            file: File::open("/proc/thread-self/schedstat").ok(),
+        }
+    }
+
+    /// Cumulative CPU nanoseconds of the thread; 0 where unavailable.
+    pub(crate) fn now_ns(&self) -> u64 {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            let Some(f) = &self.file else { return 0 };
+            let mut buf = [0u8; 64];
+            let Ok(n) = f.read_at(&mut buf, 0) else {
+                return 0;
+            };
+            buf[..n]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .fold(0u64, |acc, &b| {
+                    acc.saturating_mul(10).saturating_add(u64::from(b - b'0'))
+                })
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = &self.file;
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Simulates a sampler whose ticks cost `tick_cost` of CPU each.
+    fn settle(budget: f64, tick_cost: Duration) -> (Duration, f64) {
+        let t0 = Instant::now();
+        let mut b = BudgetController::new(budget, 10 * MS, t0);
+        let (mut now, mut cpu) = (t0, 0u64);
+        for _ in 0..4_000 {
+            now += b.interval();
+            cpu += tick_cost.as_nanos() as u64;
+            b.observe(now, cpu);
+        }
+        (b.interval(), b.usage())
+    }
+
+    #[test]
+    fn an_expensive_sampler_is_slowed_to_within_its_budget() {
+        // 256 threads at 200 µs per tick would be 2% of a core at 100 Hz.
+        let (interval, usage) = settle(0.005, Duration::from_micros(200));
+        assert!(interval > 30 * MS, "{interval:?}");
+        assert!(
+            (usage - 0.005).abs() / 0.005 < 0.2,
+            "usage {usage} should be 0.5% ± 20%"
+        );
+    }
+
+    #[test]
+    fn a_cheap_sampler_keeps_the_configured_rate() {
+        let (interval, _) = settle(0.01, Duration::from_micros(20));
+        assert_eq!(interval, 10 * MS);
+    }
+
+    #[test]
+    fn the_rate_comes_back_when_the_load_goes() {
+        let t0 = Instant::now();
+        let mut b = BudgetController::new(0.01, 10 * MS, t0);
+        assert!(b.observe(t0 + 250 * MS, 20_000_000).is_some());
+        let slowed = b.interval();
+        let mut now = t0 + 250 * MS;
+        let mut cpu = 20_000_000;
+        for _ in 0..100 {
+            now += 250 * MS;
+            cpu += 100_000; // 0.04%
+            b.observe(now, cpu);
+        }
+        assert!(slowed > 10 * MS);
+        assert_eq!(b.interval(), 10 * MS);
+    }
+
+    #[test]
+    fn the_thread_clock_advances_with_work() {
+        let c = ThreadCpuClock::for_current_thread();
+        let a = c.now_ns();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        if cfg!(target_os = "linux") {
+            assert!(c.now_ns() > a);
+        }
+    }
+}
