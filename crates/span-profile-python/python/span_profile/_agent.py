@@ -1,5 +1,6 @@
 """The agent: starts the native profiler and installs the hooks; stop() undoes both."""
 import atexit
+import contextvars
 import os
 import sys
 import threading
@@ -31,6 +32,37 @@ def _start_native(settings, forked):
         forked=forked,
         python_version=tuple(sys.version_info[:2]),
     )
+
+
+def _stock_context_var(runtime_context):
+    """The ContextVar of OpenTelemetry's stock ContextVarsRuntimeContext (its attach, detach and
+    get_current are exactly the var's set, reset and get), or None for any other runtime
+    context, which the hook then calls through its methods."""
+    try:
+        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+    except ImportError:
+        return None
+    var = getattr(runtime_context, "_current_context", None)
+    if type(runtime_context) is ContextVarsRuntimeContext and isinstance(var, contextvars.ContextVar):
+        return var
+    return None
+
+
+class RuntimeContextHook:
+    """What ``opentelemetry.context._RUNTIME_CONTEXT`` is while an agent runs: ``attach`` and
+    ``detach`` are the native hook's (the original's, then publish the thread's current span);
+    ``get_current`` and everything else are the original's. The methods are stored as instance
+    attributes, already bound, so OpenTelemetry's calls reach them without a Python frame."""
+
+    def __init__(self, native_hook, original, context_var):
+        self.native = native_hook
+        self.original = original
+        self.attach = native_hook.attach
+        self.detach = native_hook.detach
+        self.get_current = context_var.get if context_var is not None else original.get_current
+
+    def __getattr__(self, name):
+        return getattr(self.original, name)
 
 
 class Agent:
@@ -91,17 +123,19 @@ class Agent:
         for t in threading.enumerate():
             if t.ident is not None:
                 native.thread_started(t.ident, t.name, getattr(t, "native_id", None) or 0)
-        hook = native.context_hook(otel_context._RUNTIME_CONTEXT, _SPAN_KEY, NonRecordingSpan)
+        original = otel_context._RUNTIME_CONTEXT
+        var = _stock_context_var(original)
+        hook = RuntimeContextHook(native.context_hook(original, _SPAN_KEY, NonRecordingSpan, var), original, var)
         otel_context._RUNTIME_CONTEXT = hook
         self._context_hook = hook
-        hook.publish_current()
+        hook.native.publish_current()
 
     def _uninstall(self):
         import opentelemetry.context as otel_context
 
         hook, self._context_hook = self._context_hook, None
         if hook is not None:
-            hook.disable()
+            hook.native.disable()
             if otel_context._RUNTIME_CONTEXT is hook:
                 otel_context._RUNTIME_CONTEXT = hook.original
             # Else something wrapped our hook in turn: it stays, disabled, delegating.

@@ -4,23 +4,11 @@ import threading
 
 from opentelemetry.sdk.trace import SpanProcessor as _SdkSpanProcessor
 
-from . import _native
-
 # The native agent the hooks feed; None while no agent runs. Set by _agent.Agent.
 _NATIVE = None
 
-_CACHE_ATTR = _native.CACHE_ATTR
-_PROFILE_ID = "pyroscope.profile.id"
-_ROUTE = "http.route"
 _get_ident = threading.get_ident
 _get_native_id = getattr(threading, "get_native_id", lambda: 0)
-
-
-def _route_of(span):
-    route = span.attributes.get(_ROUTE)
-    if route is None or type(route) is str:
-        return route
-    return str(route)
 
 
 class SpanProcessor(_SdkSpanProcessor):
@@ -36,36 +24,13 @@ class SpanProcessor(_SdkSpanProcessor):
 
     def on_start(self, span, parent_context=None):
         native = _NATIVE
-        if native is None:
-            return
-        try:
-            ctx = span.context
-            parent = span.parent
-            if parent is None:
-                parent_id, remote, route = 0, False, _route_of(span)
-            elif parent.is_remote:
-                parent_id, remote, route = parent.span_id, True, _route_of(span)
-            else:
-                # A local child inherits its local root's route; its own is not needed.
-                parent_id, remote, route = parent.span_id, False, None
-            active = native.span_start(ctx.trace_id, ctx.span_id, parent_id, remote, span.name, route,
-                                       span.start_time)
-            if active is not None:
-                setattr(span, _CACHE_ATTR, active)
-                span.set_attribute(_PROFILE_ID, active.profile_id)
-        except Exception:  # noqa: BLE001 - a profiler must never break the traced code
-            native.hook_error()
+        if native is not None:
+            native.on_start(span)  # never raises; failures count in stats()["hook_errors"]
 
     def on_end(self, span):
         native = _NATIVE
-        if native is None:
-            return
-        try:
-            parent = span.parent
-            route = _route_of(span) if parent is None or parent.is_remote else None
-            native.span_end(span.context.span_id, span.end_time, route)
-        except Exception:  # noqa: BLE001
-            native.hook_error()
+        if native is not None:
+            native.on_end(span)
 
     def shutdown(self):
         pass

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyType};
 
@@ -15,8 +16,9 @@ use span_profile_core::{
 };
 use span_profile_export::FileStore;
 
-use super::context::{ContextHook, HookCounters, PyActiveSpan};
+use super::context::{ContextHook, HookCounters, PyActiveSpan, CACHE_ATTR};
 use super::settings::{self, Output};
+use super::span_hooks::{field, hex16, route_of, set_profile_id, span_context, text};
 use super::walker::{self, WalkerHandles};
 
 /// A running profiler and its hooks. Created by `span_profile.start()`; at most one per
@@ -60,6 +62,63 @@ impl NativeAgent {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .unwrap_or_default()
+    }
+}
+
+impl NativeAgent {
+    fn try_on_start(&self, span: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = span.py();
+        let sc = field(span, intern!(py, "_context"), intern!(py, "context"))?;
+        let own = span_context(&sc)?;
+        let (trace_id, span_id) = (own.trace_id()?, own.span_id);
+        let parent = field(span, intern!(py, "_parent"), intern!(py, "parent"))?;
+        let (parent_id, remote) = if parent.is_none() {
+            (0, false)
+        } else {
+            let p = span_context(&parent)?;
+            (p.span_id, p.is_remote)
+        };
+        // A local child inherits its local root's route; only roots need theirs read.
+        let route = if parent_id == 0 || remote {
+            route_of(span)?
+        } else {
+            None
+        };
+        let route = route.as_ref().map(text).transpose()?;
+        let name = field(span, intern!(py, "_name"), intern!(py, "name"))?;
+        let name = name.cast::<PyString>()?;
+        let start_ns: u64 = field(span, intern!(py, "_start_time"), intern!(py, "start_time"))?
+            .extract()
+            .unwrap_or(0);
+        let Some(active) = self.span_start(
+            trace_id,
+            span_id,
+            parent_id,
+            remote,
+            &text(name)?,
+            route.as_deref(),
+            start_ns,
+        ) else {
+            return Ok(());
+        };
+        let profile_id = hex16(active.0.ctx.span_id.to_u64());
+        span.setattr(intern!(py, CACHE_ATTR), Bound::new(py, active)?)?;
+        set_profile_id(span, &profile_id)
+    }
+
+    fn try_on_end(&self, span: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = span.py();
+        let sc = field(span, intern!(py, "_context"), intern!(py, "context"))?;
+        let span_id = span_context(&sc)?.span_id;
+        let parent = field(span, intern!(py, "_parent"), intern!(py, "parent"))?;
+        let is_root = parent.is_none() || span_context(&parent)?.is_remote;
+        let route = if is_root { route_of(span)? } else { None };
+        let route = route.as_ref().map(text).transpose()?;
+        let end_ns: u64 = field(span, intern!(py, "_end_time"), intern!(py, "end_time"))?
+            .extract()
+            .unwrap_or(0);
+        self.span_end(span_id, end_ns, route.as_deref());
+        Ok(())
     }
 }
 
@@ -163,6 +222,23 @@ impl NativeAgent {
         })))
     }
 
+    /// `SpanProcessor.on_start`, natively: records the SDK span in the span table, caches its
+    /// `ActiveSpan` on it (for the context hook) and sets `pyroscope.profile.id`. Never raises;
+    /// failures are counted in `hook_errors`.
+    fn on_start(&self, span: &Bound<'_, PyAny>) {
+        if self.try_on_start(span).is_err() {
+            self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `SpanProcessor.on_end`, natively: records the end time (and a root's `http.route`).
+    /// Never raises.
+    fn on_end(&self, span: &Bound<'_, PyAny>) {
+        if self.try_on_end(span).is_err() {
+            self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Records a span end (from any thread). Unknown ids are ignored.
     #[pyo3(signature = (span_id, end_ns, route=None))]
     fn span_end(&self, span_id: u64, end_ns: u64, route: Option<&str>) {
@@ -208,14 +284,18 @@ impl NativeAgent {
     }
 
     /// The runtime-context wrapper to install as `opentelemetry.context._RUNTIME_CONTEXT`.
+    /// `context_var`: the stock `ContextVarsRuntimeContext`'s ContextVar, to call directly.
+    #[pyo3(signature = (original, span_key, non_recording_span, context_var=None))]
     fn context_hook(
         &self,
         original: &Bound<'_, PyAny>,
         span_key: &Bound<'_, PyString>,
         non_recording_span: &Bound<'_, PyType>,
+        context_var: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<ContextHook> {
         ContextHook::new(
             original,
+            context_var,
             span_key,
             non_recording_span,
             self.registry.clone(),

@@ -46,7 +46,7 @@ impl PyActiveSpan {
     /// The span id as 16 lowercase hex digits (the `pyroscope.profile.id` attribute).
     #[getter]
     fn profile_id(&self) -> String {
-        self.0.ctx.span_id.to_string()
+        super::span_hooks::hex16(self.0.ctx.span_id.to_u64())
     }
     /// `(trace_id, span_id, local_root, route_id)`.
     fn as_tuple(&self) -> (u128, u64, u64, u32) {
@@ -109,6 +109,9 @@ pub(crate) struct ContextHook {
     /// `opentelemetry.trace.NonRecordingSpan`: never carries our cached span, so skip the
     /// attribute lookup (a miss raises and clears an AttributeError, which costs more).
     non_recording: Py<PyType>,
+    /// `contextvars.Token` and `Token.MISSING` when `attach`/`detach` go straight to the
+    /// original's ContextVar: after `reset(token)` the current context is `token.old_value`.
+    token_type: Option<(Py<PyType>, Py<PyAny>)>,
     registry: Arc<ActiveSpanRegistry>,
     counters: Arc<HookCounters>,
     /// Cleared by `disable()` when the agent stops but the hook cannot be uninstalled
@@ -117,19 +120,43 @@ pub(crate) struct ContextHook {
 }
 
 impl ContextHook {
+    /// A hook delegating to `original`. With `context_var` (the ContextVar inside
+    /// OpenTelemetry's stock `ContextVarsRuntimeContext`, whose `attach`/`detach`/`get_current`
+    /// are exactly its `set`/`reset`/`get`), the hook calls the ContextVar's C methods directly,
+    /// which skips a Python frame per call; tokens are the same either way.
     pub(crate) fn new(
         original: &Bound<'_, PyAny>,
+        context_var: Option<&Bound<'_, PyAny>>,
         span_key: &Bound<'_, PyString>,
         non_recording: &Bound<'_, PyType>,
         registry: Arc<ActiveSpanRegistry>,
         counters: Arc<HookCounters>,
     ) -> PyResult<Self> {
         let py = original.py();
+        let (attach, detach, get_current, token_type) = match context_var {
+            Some(var) => {
+                let token = py.import("contextvars")?.getattr("Token")?;
+                let missing = token.getattr("MISSING")?.unbind();
+                (
+                    var.getattr(intern!(py, "set"))?,
+                    var.getattr(intern!(py, "reset"))?,
+                    var.getattr(intern!(py, "get"))?,
+                    Some((token.cast_into::<PyType>()?.unbind(), missing)),
+                )
+            }
+            None => (
+                original.getattr(intern!(py, "attach"))?,
+                original.getattr(intern!(py, "detach"))?,
+                original.getattr(intern!(py, "get_current"))?,
+                None,
+            ),
+        };
         Ok(Self {
             original: original.clone().unbind(),
-            attach: original.getattr(intern!(py, "attach"))?.unbind(),
-            detach: original.getattr(intern!(py, "detach"))?.unbind(),
-            get_current: original.getattr(intern!(py, "get_current"))?.unbind(),
+            attach: attach.unbind(),
+            detach: detach.unbind(),
+            get_current: get_current.unbind(),
+            token_type,
             span_key: span_key.clone().unbind(),
             cache_attr: PyString::intern(py, CACHE_ATTR).unbind(),
             non_recording: non_recording.clone().unbind(),
@@ -141,13 +168,13 @@ impl ContextHook {
 
     /// Publishes the span current in `context` for the calling thread. Never raises: a
     /// context it cannot read counts as "no span" and is counted.
-    fn publish(&self, context: &Bound<'_, PyAny>) {
+    fn publish(&self, context: Option<&Bound<'_, PyAny>>) {
         // Relaxed: a publish racing with `disable` may land either way; the registry it
         // writes to belongs to the stopped agent and is never read again.
         if !self.enabled.load(Ordering::Relaxed) {
             return;
         }
-        let active = match self.span_of(context) {
+        let active = match context.map(|c| self.span_of(c)).unwrap_or(Ok(None)) {
             Ok(a) => a,
             Err(_) => {
                 self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
@@ -211,15 +238,25 @@ impl ContextHook {
     /// `RuntimeContext.attach`: the original's, then publish.
     fn attach(&self, py: Python<'_>, context: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let token = self.attach.call1(py, (context,))?;
-        self.publish(context);
+        self.publish(Some(context));
         Ok(token)
     }
 
     /// `RuntimeContext.detach`: the original's, then publish what is current again.
     fn detach(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> PyResult<()> {
         self.detach.call1(py, (token,))?;
+        if let Some((token_type, missing)) = &self.token_type {
+            if token.get_type().is(token_type.bind(py)) {
+                // `reset(token)` made `token.old_value` current again (or the empty default
+                // context, when it was MISSING).
+                let old = token.getattr(intern!(py, "old_value"))?;
+                let old = (!old.is(missing.bind(py))).then_some(&old);
+                self.publish(old);
+                return Ok(());
+            }
+        }
         match self.get_current.call0(py) {
-            Ok(ctx) => self.publish(ctx.bind(py)),
+            Ok(ctx) => self.publish(Some(ctx.bind(py))),
             Err(_) => {
                 self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -241,7 +278,7 @@ impl ContextHook {
     /// Publishes the calling thread's current context now (used once at start).
     fn publish_current(&self, py: Python<'_>) -> PyResult<()> {
         let ctx = self.get_current.call0(py)?;
-        self.publish(ctx.bind(py));
+        self.publish(Some(ctx.bind(py)));
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 mod agent;
 mod context;
 mod settings;
+mod span_hooks;
 mod standin;
 mod walker;
 
