@@ -70,7 +70,63 @@ pub fn encode_pprof(profile: &Profile) -> Vec<u8> {
 /// assert_eq!(decode_pprof(&encode_pprof_raw(&p)).unwrap(), p);
 /// ```
 pub fn encode_pprof_raw(profile: &Profile) -> Vec<u8> {
-    let (head, samples) = to_head(profile);
+    encode_pprof_with(profile, &EncodeOptions::FILE)
+}
+
+/// Which values a pprof carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ValueSet {
+    /// The file store's four sample types ([`SAMPLE_TYPES`]), every sample.
+    All,
+    /// `samples/count` and `cpu/nanoseconds` (a Go CPU profile's types), samples on CPU only.
+    Cpu,
+    /// `samples/count` and `wall/nanoseconds`, every sample.
+    Wall,
+}
+
+impl ValueSet {
+    /// Whether a sample has anything to say in this set.
+    pub(crate) fn keeps(self, s: &span_profile_core::ProfileSample) -> bool {
+        match self {
+            ValueSet::All | ValueSet::Wall => true,
+            ValueSet::Cpu => s.cpu_samples > 0 || s.cpu_ns > 0,
+        }
+    }
+}
+
+/// What [`encode_pprof_with`] writes. The file store writes everything; backends such as
+/// Pyroscope, which turn every sample label but `span_id`/`trace_id` into a series label,
+/// write only the low-cardinality ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EncodeOptions {
+    pub(crate) values: ValueSet,
+    /// Write the local root's id as `span_id` (Pyroscope's convention) instead of the
+    /// innermost span's.
+    pub(crate) span_id_is_local_root: bool,
+    pub(crate) local_root_label: bool,
+    pub(crate) route_label: bool,
+    pub(crate) thread_label: bool,
+    pub(crate) task_label: bool,
+    /// The `span-profile.meta=` comment that makes the file lossless.
+    pub(crate) meta: bool,
+}
+
+impl EncodeOptions {
+    /// The lossless file-store form.
+    pub(crate) const FILE: EncodeOptions = EncodeOptions {
+        values: ValueSet::All,
+        span_id_is_local_root: false,
+        local_root_label: true,
+        route_label: true,
+        thread_label: true,
+        task_label: true,
+        meta: true,
+    };
+}
+
+/// Encodes a window as bare pprof with `options`.
+pub(crate) fn encode_pprof_with(profile: &Profile, options: &EncodeOptions) -> Vec<u8> {
+    let (head, samples) = to_head(profile, options);
     // Roughly: ids of ~20 frames, four values and six labels per sample.
     let mut buf = Vec::with_capacity(head.encoded_len() + samples.rows.len() * 128);
     // Encoding into a Vec<u8> cannot fail: it grows as needed.
@@ -139,11 +195,14 @@ fn signed(v: u64) -> i64 {
 }
 
 /// The string indices of one sample's labels, gathered before the string table is final.
+/// `None` (and a zero local-root index, never a real id's) means "label not written".
 #[derive(Debug, Clone, Copy)]
 struct SampleRow {
+    /// Index into `Profile::samples`.
+    sample: u32,
     span: Option<[i64; 3]>,
-    route: i64,
-    thread: i64,
+    route: Option<i64>,
+    thread: Option<i64>,
     task: Option<i64>,
 }
 
@@ -155,6 +214,7 @@ struct SampleRows {
     rows: Vec<SampleRow>,
     keys: [i64; 6],
     truncated_location: Option<u64>,
+    values: ValueSet,
 }
 
 impl SampleRows {
@@ -164,7 +224,10 @@ impl SampleRows {
         let mut w = SampleWriter::default();
         let mut locations: Vec<u64> = Vec::new();
         let mut labels: Vec<(i64, i64)> = Vec::with_capacity(6);
-        for (s, row) in profile.samples.iter().zip(&self.rows) {
+        for row in &self.rows {
+            let Some(s) = profile.samples.get(row.sample as usize) else {
+                continue;
+            };
             locations.clear();
             labels.clear();
             let stack = profile.stacks.get(s.stack as usize);
@@ -180,21 +243,42 @@ impl SampleRows {
             {
                 locations.push(id);
             }
-            let values = [
-                signed(s.wall_samples),
-                signed(s.cpu_ns),
-                signed(s.wall_ns),
-                signed(s.cpu_samples),
-            ];
+            let all;
+            let values: &[i64] = match self.values {
+                ValueSet::All => {
+                    all = [
+                        signed(s.wall_samples),
+                        signed(s.cpu_ns),
+                        signed(s.wall_ns),
+                        signed(s.cpu_samples),
+                    ];
+                    &all
+                }
+                ValueSet::Cpu => {
+                    all = [signed(s.cpu_samples), signed(s.cpu_ns), 0, 0];
+                    &all[..2]
+                }
+                ValueSet::Wall => {
+                    all = [signed(s.wall_samples), signed(s.wall_ns), 0, 0];
+                    &all[..2]
+                }
+            };
             if let Some([t, sp, r]) = row.span {
-                labels.extend([(k_trace, t), (k_span, sp), (k_root, r)]);
+                labels.extend([(k_trace, t), (k_span, sp)]);
+                if r != 0 {
+                    labels.push((k_root, r));
+                }
             }
-            labels.push((k_route, row.route));
-            labels.push((k_thread, row.thread));
+            if let Some(route) = row.route {
+                labels.push((k_route, route));
+            }
+            if let Some(thread) = row.thread {
+                labels.push((k_thread, thread));
+            }
             if let Some(task) = row.task {
                 labels.push((k_task, task));
             }
-            w.put_sample(buf, &locations, &values, &labels);
+            w.put_sample(buf, &locations, values, &labels);
         }
     }
 }
@@ -271,9 +355,14 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Builds the pprof message for a window, without its samples, and the samples' labels.
-fn to_head(profile: &Profile) -> (pprof::Profile, SampleRows) {
+fn to_head(profile: &Profile, options: &EncodeOptions) -> (pprof::Profile, SampleRows) {
     let mut strings = Strings::new();
-    let sample_type = SAMPLE_TYPES
+    let types: &[(&str, &str)] = match options.values {
+        ValueSet::All => &SAMPLE_TYPES,
+        ValueSet::Cpu => &[("samples", "count"), ("cpu", "nanoseconds")],
+        ValueSet::Wall => &[("samples", "count"), ("wall", "nanoseconds")],
+    };
+    let sample_type = types
         .iter()
         .map(|(t, u)| pprof::ValueType {
             r#type: strings.get(t),
@@ -339,44 +428,56 @@ fn to_head(profile: &Profile) -> (pprof::Profile, SampleRows) {
 
     let keys = keys::ALL.map(|k| strings.get(k));
     let mut span_strings: FxHashMap<SpanContext, [i64; 3]> = FxHashMap::default();
+    let o = *options;
     let rows = profile
         .samples
         .iter()
-        .map(|s| SampleRow {
+        .enumerate()
+        .filter(|(_, s)| o.values.keeps(s))
+        .map(|(i, s)| SampleRow {
+            sample: i as u32,
             span: s.span.map(|ctx| {
                 *span_strings.entry(ctx).or_insert_with(|| {
+                    let span = if o.span_id_is_local_root {
+                        ctx.local_root_span_id
+                    } else {
+                        ctx.span_id
+                    };
                     [
                         strings.get_owned(ctx.trace_id.to_string()),
-                        strings.get_owned(ctx.span_id.to_string()),
-                        strings.get_owned(ctx.local_root_span_id.to_string()),
+                        strings.get_owned(span.to_string()),
+                        if o.local_root_label {
+                            strings.get_owned(ctx.local_root_span_id.to_string())
+                        } else {
+                            0
+                        },
                     ]
                 })
             }),
-            route: strings.get(&s.route),
-            thread: strings.get(&s.thread_name),
-            task: s.task_name.as_deref().map(|t| strings.get(t)),
+            route: o.route_label.then(|| strings.get(&s.route)),
+            thread: o.thread_label.then(|| strings.get(&s.thread_name)),
+            task: s
+                .task_name
+                .as_deref()
+                .filter(|_| o.task_label)
+                .map(|t| strings.get(t)),
         })
         .collect();
 
-    let sample_stacks = stack_override(profile);
-    let meta = MetaOut {
-        v: META_VERSION,
-        resource: &profile.resource,
-        stats: &profile.stats,
-        spans: &profile.spans,
-        truncated_location,
-        stacks: sample_stacks.as_ref().map(|_| profile.stacks.as_slice()),
-        sample_stacks,
+    let (period_name, default_name) = match o.values {
+        ValueSet::All | ValueSet::Cpu => ("cpu", "cpu"),
+        ValueSet::Wall => ("wall", "wall"),
     };
-    // Serializing plain data (strings, integers, ids that print as hex) into a String
-    // cannot fail; an empty comment would only lose the meta, never corrupt the file.
-    let meta_json = serde_json::to_string(&meta).unwrap_or_default();
-    let comment = vec![strings.get_owned(format!("{META_PREFIX}{meta_json}"))];
+    let comment = if o.meta {
+        meta_comment(profile, truncated_location, &mut strings)
+    } else {
+        Vec::new()
+    };
     let period_type = Some(pprof::ValueType {
-        r#type: strings.get("cpu"),
+        r#type: strings.get(period_name),
         unit: strings.get("nanoseconds"),
     });
-    let default_sample_type = strings.get("cpu");
+    let default_sample_type = strings.get(default_name);
 
     let head = pprof::Profile {
         sample_type,
@@ -399,8 +500,31 @@ fn to_head(profile: &Profile) -> (pprof::Profile, SampleRows) {
         rows,
         keys,
         truncated_location,
+        values: o.values,
     };
     (head, rows)
+}
+
+/// The lossless meta comment (see the crate docs).
+fn meta_comment<'a>(
+    profile: &'a Profile,
+    truncated_location: Option<u64>,
+    strings: &mut Strings<'a>,
+) -> Vec<i64> {
+    let sample_stacks = stack_override(profile);
+    let meta = MetaOut {
+        v: META_VERSION,
+        resource: &profile.resource,
+        stats: &profile.stats,
+        spans: &profile.spans,
+        truncated_location,
+        stacks: sample_stacks.as_ref().map(|_| profile.stacks.as_slice()),
+        sample_stacks,
+    };
+    // Serializing plain data (strings, integers, ids that print as hex) into a String
+    // cannot fail; an empty comment would only lose the meta, never corrupt the file.
+    let meta_json = serde_json::to_string(&meta).unwrap_or_default();
+    vec![strings.get_owned(format!("{META_PREFIX}{meta_json}"))]
 }
 
 #[cfg(test)]

@@ -18,9 +18,17 @@
 //! encoder writes them as one JSON comment starting with `span-profile.meta=`, so that
 //! `decode_pprof(&encode_pprof(&p)) == p`. Other pprof readers show it as a comment.
 //!
+//! - [`pyroscope::PyroscopeExporter`] (feature `pyroscope`): windows pushed to Pyroscope.
+//! - [`otlp::OtlpExporter`] (feature `otlp`): windows sent as OTLP profiles over HTTP.
+//! - [`delivery`]: the worker, spool and retries both network exporters share.
+//! - [`exporter_for_output`]: one place that turns an `output` setting (a directory,
+//!   `pyroscope+http://…`, `otlp+http://…`) into an exporter, configured from [`ExporterEnv`].
+//!
 //! ## Feature flags
 //!
 //! - `file` (default): the [`FileStore`].
+//! - `pyroscope` (default): the Pyroscope exporter (pulls in `ureq` with rustls).
+//! - `otlp` (default): the OTLP profiles exporter (pulls in `ureq` and `opentelemetry-proto`).
 //!
 //! MSRV: the workspace's `rust-version` (1.85); raising it is a minor-version change.
 #![forbid(unsafe_code)]
@@ -28,12 +36,26 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod config;
 mod decode;
+#[cfg(any(feature = "pyroscope", feature = "otlp"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "pyroscope", feature = "otlp"))))]
+pub mod delivery;
 mod encode;
 #[cfg(feature = "file")]
 mod file;
 mod meta;
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod otlp;
+mod output;
 pub mod pprof;
+#[cfg(feature = "pyroscope")]
+#[cfg_attr(docsrs, doc(cfg(feature = "pyroscope")))]
+pub mod pyroscope;
+
+pub use config::{ConfigError, ExporterEnv, Secret, SpanScope};
+pub use output::{exporter_for_output, parse_output, Output, OutputError};
 
 pub use decode::{decode_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
 pub use encode::{encode_pprof, encode_pprof_raw, TRUNCATED_FRAME};

@@ -121,3 +121,66 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         }
     }
 }
+
+pub mod server;
+
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// The checkout window, moved to end now (inside Pyroscope's ingestion window).
+pub fn recent_checkout() -> Profile {
+    let mut p = checkout_profile();
+    p.start_unix_ns = now_ns() - p.duration_ns;
+    p
+}
+
+/// A window with `n` distinct stacks (`depth` frames each), ending now.
+pub fn wide_profile(n: usize, depth: usize) -> Profile {
+    let mut p = Profile::empty(
+        Resource::default(),
+        now_ns() - 10_000_000_000,
+        10_000_000_000,
+        10_000_000,
+    );
+    p.resource.service = "wide".into();
+    for f in 0..(n + depth) {
+        p.frames.push(Frame::new(
+            format!("module.function_{f}"),
+            format!("/app/module_{}.py", f % 97),
+            f as u32 % 500 + 1,
+        ));
+    }
+    for s in 0..n {
+        p.stacks.push(Stack {
+            frames: (0..depth).map(|d| (s + d) as u32).collect(),
+            truncated: false,
+        });
+        let span = (s % 3 != 0).then_some(if s % 2 == 0 { CHILD } else { ROOT });
+        p.samples.push(sample(
+            s as u32,
+            span,
+            if span.is_some() {
+                "/orders/{id}"
+            } else {
+                "background"
+            },
+            3,
+            2,
+        ));
+    }
+    p
+}
+
+/// `time_nanos` of the first profile of a captured Pyroscope push request.
+pub fn first_profile_start(r: &server::Captured) -> i64 {
+    use prost::Message;
+    let push = span_profile_export::pyroscope::push::PushRequest::decode(r.plain_body().as_slice())
+        .expect("a PushRequest");
+    span_profile_export::pprof::Profile::decode(push.series[0].samples[0].raw_profile.as_slice())
+        .expect("a pprof profile")
+        .time_nanos
+}

@@ -1,0 +1,77 @@
+//! While the server is down, windows wait in the on-disk spool, across a restart of the
+//! exporter; when the server comes back every window arrives once, in order.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::server::{CaptureServer, Reply};
+use common::{block_on, recent_checkout};
+use span_profile_core::Exporter;
+use span_profile_export::delivery::DeliveryConfig;
+use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
+
+fn exporter(url: &str, spool: &std::path::Path) -> PyroscopeExporter {
+    let delivery = DeliveryConfig::default()
+        .with_timeout(Duration::from_secs(1))
+        .with_backoff(Duration::from_millis(20), Duration::from_millis(150))
+        .with_spool_dir(spool)
+        .with_spool_max_entries(20);
+    PyroscopeExporter::new(PyroscopeConfig::new(url).unwrap().with_delivery(delivery)).unwrap()
+}
+
+fn window(base: u64, i: u64) -> Arc<span_profile_core::Profile> {
+    let mut p = recent_checkout();
+    p.start_unix_ns = base + i * 1_000_000_000;
+    Arc::new(p)
+}
+
+#[test]
+fn every_window_arrives_in_order_after_an_outage_and_a_restart() {
+    let spool = tempfile::tempdir().unwrap();
+    // A port with nothing listening.
+    let addr = CaptureServer::start(|_, _| Reply::ok()).addr;
+    let url = format!("http://{addr}");
+
+    let base = common::now_ns() - 60_000_000_000;
+    let first = exporter(&url, spool.path());
+    for i in 0..4 {
+        // The export call only queues: the outage is reported later, never waited for.
+        let _ = block_on(first.export(window(base, i)));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let s = first.stats().delivery;
+    assert!(s.retries >= 2, "{s:?}");
+    assert_eq!(s.spooled, 4, "{s:?}");
+    assert!(first
+        .last_error()
+        .unwrap()
+        .contains("cannot reach Pyroscope"));
+    // The flush gives up while the server is failing instead of hanging.
+    assert!(block_on(first.force_flush()).is_err());
+    block_on(first.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    assert_eq!(
+        std::fs::read_dir(spool.path()).unwrap().count(),
+        4,
+        "spooled on disk"
+    );
+
+    // A new process over the same spool; still down for two more windows.
+    let second = exporter(&url, spool.path());
+    for i in 4..6 {
+        let _ = block_on(second.export(window(base, i)));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let server = CaptureServer::start_on(addr, |_, _| Reply::ok());
+    let reqs = server.wait_for(6, Duration::from_secs(5));
+    block_on(second.force_flush()).unwrap();
+    assert_eq!(reqs.len(), 6);
+    let starts: Vec<i64> = reqs.iter().map(common::first_profile_start).collect();
+    let expected: Vec<i64> = (0..6).map(|i| (base + i * 1_000_000_000) as i64).collect();
+    assert_eq!(starts, expected, "every window once, in order");
+    let s = second.stats().delivery;
+    assert_eq!((s.sent, s.spooled, s.dropped()), (6, 0, 0), "{s:?}");
+    assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0);
+    block_on(second.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+}
