@@ -31,6 +31,7 @@ def _start_native(settings, forked):
         instance=settings["instance"],
         forked=forked,
         python_version=tuple(sys.version_info[:2]),
+        overhead_budget=settings["overhead_budget"],
     )
 
 
@@ -196,6 +197,9 @@ def start(service=None, output=None, sample_rate_hz=None, window_s=None, **more)
     - ``window_s``: seconds per profile file, 1 to 3600 (else ``SPAN_PROFILE_WINDOW_S``, else 60).
     - ``version``, ``environment``, ``instance``: resource labels (else from
       ``OTEL_RESOURCE_ATTRIBUTES``).
+    - ``overhead_budget``: the sampler's CPU as a share of one core (else
+      ``SPAN_PROFILE_OVERHEAD_BUDGET``, else 0.01); over it the sampling interval stretches and
+      samples are weighted accordingly. 0 turns the cap off.
 
     Spans are attributed once ``span_profile.SpanProcessor()`` is added to the TracerProvider.
     Raises TypeError/ValueError for bad settings and RuntimeError if an agent already runs.

@@ -12,7 +12,9 @@ MAX_SAMPLE_RATE_HZ = 10_000
 MIN_WINDOW_S, MAX_WINDOW_S = 1.0, 3600.0
 
 #: Settings accepted through ``**more`` in ``start()``.
-EXTRA_SETTINGS = ("version", "environment", "instance")
+LABEL_SETTINGS = ("version", "environment", "instance")
+EXTRA_SETTINGS = LABEL_SETTINGS + ("overhead_budget",)
+DEFAULT_OVERHEAD_BUDGET = 0.01
 
 
 def _env(name):
@@ -93,7 +95,15 @@ def resolve(service=None, output=None, sample_rate_hz=None, window_s=None, **mor
     out["window_s"] = _ranged("window_s", window_s, "SPAN_PROFILE_WINDOW_S", DEFAULT_WINDOW_S, False,
                               MIN_WINDOW_S, MAX_WINDOW_S, "60 is typical")
 
-    for k in EXTRA_SETTINGS:
+    budget, src = _pick("overhead_budget", more.pop("overhead_budget", None), "SPAN_PROFILE_OVERHEAD_BUDGET",
+                        DEFAULT_OVERHEAD_BUDGET)
+    budget = _number("overhead_budget", budget, src, integer=False)
+    if not 0 <= budget <= 1:
+        raise ValueError("overhead_budget=%r (from %s) is out of range; it is the sampler's share of one core, "
+                         "0 < x <= 1 (0.01 = 1%%), or 0 for no cap" % (budget, src))
+    out["overhead_budget"] = budget
+
+    for k in LABEL_SETTINGS:
         v = more.get(k)
         if v is not None and not isinstance(v, str):
             raise TypeError("%s must be a str, not %s" % (k, type(v).__name__))

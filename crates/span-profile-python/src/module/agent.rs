@@ -128,7 +128,8 @@ impl NativeAgent {
     /// the Python package; ranges are checked here and by the core.
     #[new]
     #[pyo3(signature = (*, output, sample_rate_hz, window_s, service=None, version=None,
-                        environment=None, instance=None, forked=false, python_version=(3, 0)))]
+                        environment=None, instance=None, forked=false, python_version=(3, 0),
+                        overhead_budget=0.01))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         output: &str,
@@ -140,6 +141,7 @@ impl NativeAgent {
         instance: Option<&str>,
         forked: bool,
         python_version: (u8, u8),
+        overhead_budget: f64,
     ) -> PyResult<Self> {
         let Output::Dir(dir) = settings::parse_output(output).map_err(PyValueError::new_err)?;
         if !window_s.is_finite() || !(1.0..=3600.0).contains(&window_s) {
@@ -169,6 +171,8 @@ impl NativeAgent {
         let profiler = Profiler::builder()
             .with_resource(resource)
             .with_sample_rate_hz(sample_rate_hz)
+            // 0 turns the cap off.
+            .with_overhead_budget((overhead_budget != 0.0).then_some(overhead_budget))
             .with_window(Duration::from_secs_f64(window_s))
             .with_registry(registry.clone())
             .with_span_table(spans.clone())

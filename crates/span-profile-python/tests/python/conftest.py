@@ -33,8 +33,9 @@ def output(tmp_path):
 
 @pytest.fixture
 def agent(output):
-    """A running agent with 1 s windows; stopped (and so flushed) at the end if the test did not."""
-    a = span_profile.start(service="tests", output=output, sample_rate_hz=RATE_HZ, window_s=1)
+    """A running agent with 1 s windows and no CPU cap (so the rate is what the test asked for);
+    stopped, and so flushed, at the end if the test did not."""
+    a = span_profile.start(service="tests", output=output, sample_rate_hz=RATE_HZ, window_s=1, overhead_budget=0)
     yield a
     a.stop()
 

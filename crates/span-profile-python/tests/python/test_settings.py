@@ -55,6 +55,7 @@ def test_environment_fills_unset_arguments(output, monkeypatch):
     ({"output": "file://relative"}, ValueError, "needs an absolute path"),
     ({"service": ""}, ValueError, "service (from argument service) is empty"),
     ({"service": 3}, TypeError, "service must be a str"),
+    ({"overhead_budget": 2}, ValueError, "overhead_budget=2.0 (from argument overhead_budget) is out of range"),
     ({"colour": "blue"}, TypeError, "unexpected setting(s) colour; known settings"),
 ])
 def test_bad_arguments_are_clear_errors(output, kwargs, error, words):
