@@ -41,7 +41,12 @@ pub(crate) struct Usage(pub(crate) String);
 
 /// Query span-linked profiles in a span-profile file store.
 #[derive(Debug, Parser)]
-#[command(name = "span-profile", version, about)]
+#[command(
+    name = "span-profile",
+    version,
+    about,
+    after_help = "Exit codes: 0 answered; 1 diff found a regression; 2 bad arguments; 3 empty selection; 4 the store or an output could not be read or written."
+)]
 struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]

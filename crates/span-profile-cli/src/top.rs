@@ -15,7 +15,8 @@ use crate::Empty;
 pub(crate) struct TopArgs {
     #[command(flatten)]
     pub(crate) select: SelectorArgs,
-    /// How many frames to show.
+    /// How many frames to show, by samples on whose stack they are. Frames on every sample
+    /// of the selection (its common entry path) are left out while others remain.
     #[arg(long, default_value_t = 10)]
     pub(crate) limit: usize,
 }
