@@ -186,16 +186,20 @@ impl Default for CountingAllocator {
 
 thread_local! {
     static TRACKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Allocations of this thread while tracking: other threads' tracked allocations (tests
+    /// run in parallel) must not be counted against this one.
+    static THREAD_COUNT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 impl CountingAllocator {
-    /// Runs `f` with counting on for this thread; returns its result and the allocations.
+    /// Runs `f` with counting on for this thread; returns its result and the allocations this
+    /// thread made meanwhile.
     pub fn track<R>(&self, f: impl FnOnce() -> R) -> (R, u64) {
-        let before = self.count();
+        let before = THREAD_COUNT.with(|c| c.get());
         TRACKING.with(|t| t.set(true));
         let r = f();
         TRACKING.with(|t| t.set(false));
-        (r, self.count() - before)
+        (r, THREAD_COUNT.with(|c| c.get()) - before)
     }
 }
 
@@ -244,5 +248,6 @@ pub fn __note_alloc(a: &CountingAllocator) {
     // `try_with`: during thread teardown the thread-local may be gone; then do not count.
     if TRACKING.try_with(|t| t.get()).unwrap_or(false) {
         a.count.fetch_add(1, Ordering::Relaxed);
+        let _ = THREAD_COUNT.try_with(|c| c.set(c.get() + 1));
     }
 }
