@@ -1,0 +1,1 @@
+//! Native stack walker (being written).
