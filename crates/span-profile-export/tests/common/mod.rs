@@ -122,6 +122,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     }
 }
 
+pub mod python;
 pub mod server;
 
 pub fn now_ns() -> u64 {

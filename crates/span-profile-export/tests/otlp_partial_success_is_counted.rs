@@ -1,0 +1,40 @@
+//! A 200 whose `ExportProfilesServiceResponse` reports a partial success: the rejected
+//! profiles are counted and the server's message comes back from the next `export`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::server::{CaptureServer, Reply};
+use common::{block_on, recent_checkout};
+use opentelemetry_proto::tonic::collector::profiles::v1development::{
+    ExportProfilesPartialSuccess, ExportProfilesServiceResponse,
+};
+use prost::Message;
+use span_profile_core::Exporter;
+use span_profile_export::otlp::{OtlpConfig, OtlpExporter};
+
+#[test]
+fn rejected_profiles_are_counted_and_reported() {
+    let body = ExportProfilesServiceResponse {
+        partial_success: Some(ExportProfilesPartialSuccess {
+            rejected_profiles: 1,
+            error_message: "wall profile: unsupported sample type".into(),
+        }),
+    }
+    .encode_to_vec();
+    let server = CaptureServer::start(move |_, _| Reply::Status(200, Vec::new(), body.clone()));
+    let e = OtlpExporter::new(OtlpConfig::new(&server.url()).unwrap()).unwrap();
+    block_on(e.export(Arc::new(recent_checkout()))).unwrap();
+    block_on(e.force_flush()).unwrap();
+    let s = e.stats();
+    assert_eq!(
+        (s.windows, s.delivery.sent, s.delivery.rejected_items),
+        (1, 1, 1),
+        "{s:?}"
+    );
+    let err = block_on(e.export(Arc::new(recent_checkout()))).unwrap_err();
+    assert!(err.to_string().contains("unsupported sample type"), "{err}");
+    block_on(e.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+}
