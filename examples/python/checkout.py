@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--window-s", type=float, default=5.0)
     ap.add_argument("--rate", type=int, default=100, help="samples per second per thread")
+    ap.add_argument("--overhead-budget", type=float, default=None,
+                    help="sampler CPU as a share of one core (default 0.01; 0 = no cap)")
     args = ap.parse_args()
 
     provider = TracerProvider()
@@ -136,7 +138,7 @@ def main():
     provider.add_span_processor(slowest)
     trace.set_tracer_provider(provider)
     agent = span_profile.start(service=os.environ.get("OTEL_SERVICE_NAME", "checkout"), output=args.output,
-                               sample_rate_hz=args.rate, window_s=args.window_s)
+                               sample_rate_hz=args.rate, window_s=args.window_s, overhead_budget=args.overhead_budget)
     service = Checkout(trace.get_tracer("checkout"))
 
     deadline = time.monotonic() + args.seconds
@@ -159,8 +161,9 @@ def main():
 
     stats = span_profile.stats()
     d, span_id = slowest.slowest
-    print("handled %d requests in %.0f s; %d samples in %d windows written to %s"
-          % (sum(counts), args.seconds, stats["samples"], stats["exported_windows"], args.output))
+    print("handled %d requests in %.0f s; %d samples (%d ticks, sampler CPU %.1f%% of a core) in %d windows "
+          "written to %s" % (sum(counts), args.seconds, stats["samples"], stats["ticks"],
+                             100 * stats["sampler_cpu_ns"] / 1e9 / args.seconds, stats["exported_windows"], args.output))
     if span_id:
         print("slowest pricing.calculate: span %s, %.1f ms" % (span_id, d / 1e6))
 
