@@ -75,6 +75,7 @@ pub fn encode_pprof_raw(profile: &Profile) -> Vec<u8> {
 
 /// Which values a pprof carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "pyroscope"), allow(dead_code))]
 pub(crate) enum ValueSet {
     /// The file store's four sample types ([`SAMPLE_TYPES`]), every sample.
     All,

@@ -311,7 +311,8 @@ impl OtlpExporter {
         &self.config
     }
 
-    fn request(&self, profile: &Profile) -> Request {
+    /// The request for one window, as it would be sent (exposed for benches and tests).
+    pub fn request(&self, profile: &Profile) -> Request {
         let mut req = otlp_request(profile, self.config.span_scope, self.config.wall);
         {
             let mut rng = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
@@ -604,6 +605,18 @@ pub fn otlp_request(
         }],
         dictionary: Some(dict),
     }
+}
+
+/// [`otlp_request`] encoded as bare protobuf (what is gzipped and sent).
+///
+/// ```
+/// use span_profile_core::{Profile, Resource};
+/// use span_profile_export::{otlp::encode_otlp_raw, SpanScope};
+/// let p = Profile::empty(Resource::default(), 0, 1_000, 10);
+/// assert!(!encode_otlp_raw(&p, SpanScope::All, true).is_empty());
+/// ```
+pub fn encode_otlp_raw(profile: &Profile, scope: SpanScope, wall: bool) -> Vec<u8> {
+    otlp_request(profile, scope, wall).encode_to_vec()
 }
 
 fn string_value(v: &str) -> AnyValue {
