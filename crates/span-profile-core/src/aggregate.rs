@@ -91,13 +91,17 @@ pub struct WindowAggregator {
     frames: Vec<Option<Frame>>,
     /// Frames interned since the last resolution.
     unresolved: Vec<(RawFrame, FrameIndex)>,
-    stack_index: HashMap<Box<[RawFrame]>, StackIndex, FxBuild>,
+    /// Stacks by raw frames, one map per truncation mark: a stack cut at the depth cap and a
+    /// complete stack of the same frames (deep recursion) are different stacks.
+    stack_index: [HashMap<Box<[RawFrame]>, StackIndex, FxBuild>; 2],
     stacks: Vec<Stack>,
     rows: HashMap<Sample, Counts, FxBuild>,
     threads: LabelValues,
     tasks: LabelValues,
     scratch: Vec<FrameIndex>,
     stats: WindowStats,
+    /// Label overflows (routes, thread and task names) already reported in earlier windows.
+    overflow_reported: u64,
 }
 
 impl Default for WindowAggregator {
@@ -114,13 +118,14 @@ impl WindowAggregator {
             raw_frames: HashMap::default(),
             frames: Vec::new(),
             unresolved: Vec::new(),
-            stack_index: HashMap::default(),
+            stack_index: Default::default(),
             stacks: Vec::new(),
             rows: HashMap::default(),
             threads: LabelValues::with_cap(limits.max_thread_names),
             tasks: LabelValues::with_cap(limits.max_task_names),
             scratch: Vec::new(),
             stats: WindowStats::default(),
+            overflow_reported: 0,
         }
     }
 
@@ -136,7 +141,7 @@ impl WindowAggregator {
         if truncated {
             self.stats.truncated_stacks += 1;
         }
-        if let Some(&i) = self.stack_index.get(raw) {
+        if let Some(&i) = self.stack_index[usize::from(truncated)].get(raw) {
             return i;
         }
         if self.stacks.len() >= self.limits.max_stacks && self.rows.is_empty() {
@@ -159,7 +164,7 @@ impl WindowAggregator {
             frames: self.scratch.clone(),
             truncated,
         });
-        self.stack_index.insert(raw.into(), i);
+        self.stack_index[usize::from(truncated)].insert(raw.into(), i);
         i
     }
 
@@ -176,7 +181,7 @@ impl WindowAggregator {
         self.raw_frames.clear();
         self.frames.clear();
         self.unresolved.clear();
-        self.stack_index.clear();
+        self.stack_index.iter_mut().for_each(HashMap::clear);
         self.stacks.clear();
     }
 
@@ -295,8 +300,11 @@ impl WindowAggregator {
         }
         profile.spans = spans.spans.clone();
         let mut stats = std::mem::take(&mut self.stats);
-        stats.label_overflow +=
-            spans.route_overflow + self.threads.overflowed() + self.tasks.overflowed();
+        // The label tables live across windows and count overflows in total: report this
+        // window's share, so that summing windows (a merge) counts each overflow once.
+        let overflow = spans.route_overflow + self.threads.overflowed() + self.tasks.overflowed();
+        stats.label_overflow += overflow.saturating_sub(self.overflow_reported);
+        self.overflow_reported = overflow;
         stats.dropped_spans += spans.dropped;
         profile.stats = stats;
         profile
@@ -389,6 +397,66 @@ mod tests {
         );
         assert_eq!(p.samples.len(), 2);
         assert_eq!(p.stats.dropped_samples, 9);
+    }
+
+    #[test]
+    fn a_truncated_stack_and_a_complete_one_of_the_same_frames_stay_apart() {
+        // Found by the window_merge fuzz target: stacks were interned by frames alone, so the
+        // first-seen truncation mark stuck to every later stack of the same frames.
+        let mut a = WindowAggregator::default();
+        let t = a.intern_thread_name("w");
+        let raw = [RawFrame { id: 1, line: 1 }, RawFrame { id: 1, line: 2 }];
+        for truncated in [false, true, true] {
+            let stack = a.intern_stack(&raw, truncated);
+            let s = Sample {
+                stack,
+                span: None,
+                route: LabelValues::BACKGROUND,
+                thread: t,
+                task: None,
+            };
+            a.add(s, true, 1, 1);
+        }
+        a.resolve_frames(&mut sym);
+        let p = a.finish(
+            Resource::default(),
+            0,
+            1,
+            1,
+            &SpanTable::default().drain_window(),
+        );
+        let mut rows: Vec<_> = p
+            .samples
+            .iter()
+            .map(|s| (p.stacks[s.stack as usize].truncated, s.wall_samples))
+            .collect();
+        rows.sort();
+        assert_eq!(rows, [(false, 1), (true, 2)]);
+        assert_eq!(p.stats.truncated_stacks, 2);
+    }
+
+    #[test]
+    fn label_overflow_is_reported_in_the_window_it_happened() {
+        let mut a = WindowAggregator::new(AggregatorLimits {
+            max_thread_names: 3,
+            ..Default::default()
+        });
+        let table = SpanTable::default();
+        let mut window = |names: &[&str]| {
+            for n in names {
+                a.intern_thread_name(n);
+            }
+            a.finish(Resource::default(), 0, 1, 1, &table.drain_window())
+                .stats
+                .label_overflow
+        };
+        assert_eq!(window(&["a", "b", "c"]), 2);
+        assert_eq!(
+            window(&["a"]),
+            0,
+            "earlier overflows are not reported again"
+        );
+        assert_eq!(window(&["d"]), 1);
     }
 
     #[test]

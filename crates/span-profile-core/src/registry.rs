@@ -425,8 +425,10 @@ impl ActiveSpanRegistry {
             let mut attempts = 0;
             loop {
                 match slot.read(key) {
-                    Ok(Some(v)) => return v,
-                    Ok(None) => break,
+                    Ok(Some(Some(v))) => return Some(v),
+                    // A cleared slot holds no span; it matches only a key whose thread id is
+                    // the empty marker itself, whose own slot may lie further on: probe on.
+                    Ok(Some(None)) | Ok(None) => break,
                     Err(()) if attempts < 4 => {
                         attempts += 1;
                         std::hint::spin_loop();
@@ -536,6 +538,23 @@ mod tests {
         assert_eq!(r.current(ExecutionKey::thread(1)), Some(span(10)));
         assert_eq!(r.current(ExecutionKey::task(1, 77)), Some(span(11)));
         assert_eq!(r.current(ExecutionKey::thread(2)), None);
+    }
+
+    #[test]
+    fn a_thread_id_equal_to_the_empty_marker_is_found_past_a_freed_slot() {
+        // Thread id u64::MAX is also the empty-slot marker: a freed slot ahead of the key's
+        // own slot in its probe sequence must not end the lookup.
+        let r = ActiveSpanRegistry::with_capacity(64);
+        let max = ExecutionKey::thread(u64::MAX);
+        let home = hash_key(max) as usize & r.mask;
+        let other = (0..u64::MAX)
+            .map(ExecutionKey::thread)
+            .find(|&k| hash_key(k) as usize & r.mask == home)
+            .unwrap();
+        r.enter(other, span(1));
+        r.enter(max, span(2));
+        r.exit(other, sid(1));
+        assert_eq!(r.current(max), Some(span(2)));
     }
 
     #[test]

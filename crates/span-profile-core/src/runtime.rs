@@ -119,6 +119,31 @@ pub struct ProfilerBuilder {
     overhead_budget: Option<f64>,
     registry: Arc<ActiveSpanRegistry>,
     spans: Arc<SpanTable>,
+    clock: WallClock,
+}
+
+/// The wall clock that windows are aligned to, in Unix nanoseconds: the system clock, or a
+/// test clock that jumps (see [`ProfilerBuilder::with_wall_clock`]).
+#[derive(Clone, Default)]
+struct WallClock(Option<Arc<dyn Fn() -> u64 + Send + Sync>>);
+
+impl WallClock {
+    fn now_ns(&self) -> u64 {
+        match &self.0 {
+            Some(f) => f(),
+            None => unix_ns(SystemTime::now()),
+        }
+    }
+}
+
+impl std::fmt::Debug for WallClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "WallClock(test)"
+        } else {
+            "WallClock(system)"
+        })
+    }
 }
 
 /// Object-safe helper so the builder can be `Debug` over any walker.
@@ -146,6 +171,7 @@ impl Default for ProfilerBuilder {
             overhead_budget: Some(0.01),
             registry: Arc::new(ActiveSpanRegistry::default()),
             spans: Arc::new(SpanTable::default()),
+            clock: WallClock::default(),
         }
     }
 }
@@ -237,6 +263,13 @@ impl ProfilerBuilder {
         self.spans = spans;
         self
     }
+    /// Replaces the wall clock (Unix nanoseconds) that windows are aligned to and stamped
+    /// with. A test hook, so fault tests can make the clock jump: not a stable API.
+    #[doc(hidden)]
+    pub fn with_wall_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.clock = WallClock(Some(Arc::new(clock)));
+        self
+    }
     /// The registry that span hooks must feed.
     pub fn registry(&self) -> &Arc<ActiveSpanRegistry> {
         &self.registry
@@ -308,6 +341,7 @@ impl ProfilerBuilder {
             pending_dropped_windows: 0,
             tick_interval_ns: 0,
             tick_samples: 0,
+            clock: self.clock,
         };
         let sampler_thread = thread::Builder::new()
             .name("span-profile-sampler".into())
@@ -443,6 +477,7 @@ struct Sampler {
     pending_dropped_windows: u64,
     tick_interval_ns: u64,
     tick_samples: u64,
+    clock: WallClock,
 }
 
 fn unix_ns(t: SystemTime) -> u64 {
@@ -453,7 +488,10 @@ fn unix_ns(t: SystemTime) -> u64 {
 
 /// The end of the window containing `now`: the next wall-clock multiple of `window`.
 fn window_end(now_ns: u64, window_ns: u64) -> u64 {
-    (now_ns / window_ns + 1) * window_ns
+    // Saturating: a clock set centuries ahead must not overflow (and panic) the sampler.
+    (now_ns / window_ns)
+        .saturating_add(1)
+        .saturating_mul(window_ns)
 }
 
 impl Sampler {
@@ -465,8 +503,11 @@ impl Sampler {
             .map(|b| BudgetController::new(b, self.interval, Instant::now()));
         let mut interval = self.interval;
         let window_ns = self.window.as_nanos() as u64;
-        let mut start_ns = unix_ns(SystemTime::now());
+        let mut start_ns = self.clock.now_ns();
         let mut end_ns = window_end(start_ns, window_ns);
+        // The wall clock at the previous tick, to end a window where sampling really stopped
+        // when the clock steps.
+        let mut last_ns = start_ns;
         let mut cpu_at_window_start = clock.now_ns();
         let mut next = Instant::now() + interval;
         let mut last_tick = Instant::now();
@@ -495,14 +536,20 @@ impl Sampler {
                 // Fell behind (a long walk or a stopped process): skip, do not burst.
                 next = now + interval;
             }
-            let now_ns = unix_ns(SystemTime::now());
+            let now_ns = self.clock.now_ns();
             // A clock that jumped back before the window start closes the window too, so a
             // window never covers a negative span of time.
             if now_ns >= end_ns || now_ns < start_ns {
+                // A step (back, or ahead by more than a few ticks: NTP, a resumed VM or a
+                // stopped process) ends the window at the last reading before it, so the
+                // window covers the time that was sampled, not the jump.
+                let slack = interval.saturating_mul(4).as_nanos() as u64;
+                let stepped = now_ns < last_ns || now_ns - last_ns > slack;
+                let end = if stepped { last_ns } else { now_ns };
                 let cpu = clock.now_ns();
                 self.close_window(
                     start_ns,
-                    now_ns.clamp(start_ns, end_ns),
+                    end.clamp(start_ns, end_ns),
                     cpu.saturating_sub(cpu_at_window_start),
                     ticks_in_window,
                 );
@@ -511,9 +558,10 @@ impl Sampler {
                 start_ns = now_ns;
                 end_ns = window_end(now_ns, window_ns);
             }
+            last_ns = now_ns;
         }
         let cpu = clock.now_ns();
-        let now_ns = unix_ns(SystemTime::now()).max(start_ns);
+        let now_ns = self.clock.now_ns().max(start_ns);
         self.close_window(
             start_ns,
             now_ns,
@@ -775,6 +823,7 @@ impl SamplerHarness {
                 pending_dropped_windows: 0,
                 tick_interval_ns: interval.as_nanos() as u64,
                 tick_samples: 0,
+                clock: WallClock::default(),
             },
         }
     }
