@@ -1,6 +1,7 @@
 //! Parsers for command-line values: times, durations, ids and `key=value` selectors. Every
 //! error names the form that is expected.
 
+use span_profile_export::civil::{civil_from_days, days_from_civil};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use span_profile_core::{SpanId, TraceId};
@@ -146,29 +147,6 @@ pub(crate) fn format_rfc3339(unix_ns: u64) -> String {
         sod % 60,
         unix_ns % NS_PER_SEC / 1_000_000
     )
-}
-
-/// (year, month, day) → days since 1970-01-01 (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468
-}
-
-/// Days since 1970-01-01 → (year, month, day), the inverse of [`days_from_civil`].
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// A span id: 16 hex digits.

@@ -2,7 +2,6 @@
 //! thread folding the windows it decodes into its own accumulator, so that a query over a
 //! day of windows never holds the day in memory.
 
-use std::fs;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -11,8 +10,7 @@ use anyhow::Context as _;
 use span_profile_core::query::Filter;
 use span_profile_core::Profile;
 use span_profile_export::{
-    decode_pprof, FileStore, SkippedFile, StoreError, StoreFilter, StoreListing, StoredFile,
-    MAX_DECOMPRESSED_LEN,
+    FileStore, SkippedFile, StoreError, StoreFilter, StoreListing, StoredFile,
 };
 
 const MS_PER_HOUR: u64 = 3_600_000;
@@ -146,19 +144,5 @@ impl<'a> Store<'a> {
 
 /// Reads and decodes one stored window, as [`FileStore::read`] does for each file.
 pub(crate) fn read_one(f: &StoredFile) -> Result<Profile, StoreError> {
-    if f.len > MAX_DECOMPRESSED_LEN {
-        return Err(StoreError::TooLarge {
-            path: f.path.clone(),
-            len: f.len,
-            limit: MAX_DECOMPRESSED_LEN,
-        });
-    }
-    let bytes = fs::read(&f.path).map_err(|source| StoreError::Io {
-        path: f.path.clone(),
-        source,
-    })?;
-    decode_pprof(&bytes).map_err(|source| StoreError::Decode {
-        path: f.path.clone(),
-        source,
-    })
+    FileStore::read_file(f)
 }

@@ -6,6 +6,7 @@
 //! same millisecond. Files are written as `.tmp-…` in the same directory, fsynced and renamed,
 //! so a crash never leaves a torn `.pb.gz`; readers ignore names starting with `.`.
 
+use crate::civil::{civil_from_days, days_from_civil};
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -335,6 +336,13 @@ impl Exporter for FileStore {
     }
 }
 
+impl FileStore {
+    /// Reads and decodes one stored window listed by [`FileStore::list`].
+    pub fn read_file(f: &StoredFile) -> Result<Profile, StoreError> {
+        read_one(f)
+    }
+}
+
 fn read_one(f: &StoredFile) -> Result<Profile, StoreError> {
     if f.len > MAX_DECOMPRESSED_LEN {
         return Err(StoreError::TooLarge {
@@ -448,31 +456,6 @@ fn parse_file_name(name: &str) -> Option<(u64, &str, u64)> {
 fn utc_date(unix_ns: u64) -> String {
     let (y, m, d) = civil_from_days((unix_ns / NS_PER_DAY) as i64);
     format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// (year, month, day) → days since 1970-01-01.
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// `YYYY-MM-DD` → days since 1970-01-01, if it is a date on or after 1970-01-01.

@@ -36,6 +36,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod civil;
 mod config;
 mod decode;
 #[cfg(any(feature = "pyroscope", feature = "otlp"))]
