@@ -706,17 +706,19 @@ fn export_loop(
     let mut cpu_last = thread_cpu_ns();
     let mut errors_since_last = 0u64;
     while let Ok(window) = rx.recv() {
-        let window = if errors_since_last > 0 {
+        let carried = std::mem::take(&mut errors_since_last);
+        let window = if carried > 0 {
             let mut w = (*window).clone();
-            w.stats.export_errors = std::mem::take(&mut errors_since_last);
+            w.stats.export_errors = carried;
             Arc::new(w)
         } else {
             window
         };
         let mut ok = true;
+        let mut delivered = false;
         for e in &exporters {
             match block_on_timeout(e.export(window.clone()), timeout) {
-                Some(Ok(())) => {}
+                Some(Ok(())) => delivered = true,
                 Some(Err(_)) | None => {
                     ok = false;
                     errors_since_last += 1;
@@ -726,6 +728,11 @@ fn export_loop(
         }
         if ok {
             counters.exported_windows.fetch_add(1, Ordering::Relaxed);
+        }
+        if !delivered {
+            // No exporter took the window, so the earlier failures it carried were not
+            // reported either: carry them on to the next window.
+            errors_since_last += carried;
         }
         let cpu = thread_cpu_ns();
         let used = cpu.saturating_sub(cpu_last);
