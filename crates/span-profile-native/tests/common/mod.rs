@@ -1,0 +1,103 @@
+//! Shared test helpers: a sink that keeps every sample, symbolized.
+#![allow(dead_code)]
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use span_profile_core::{
+    ExecutionKey, Frame, RawFrame, RawSample, StackSink, StackWalker, WalkError,
+};
+
+/// One walker may be attached per process: tests of one binary take turns.
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[derive(Debug, Clone)]
+pub struct Got {
+    pub key: ExecutionKey,
+    pub frames: Vec<RawFrame>,
+    pub on_cpu: bool,
+    pub thread: String,
+    pub weight: u32,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Collect {
+    pub samples: Vec<Got>,
+    pub errors: Vec<WalkError>,
+}
+
+impl StackSink for Collect {
+    fn sample(&mut self, s: &RawSample<'_>) {
+        self.samples.push(Got {
+            key: s.key,
+            frames: s.frames.to_vec(),
+            on_cpu: s.on_cpu,
+            thread: s.thread_name.to_string(),
+            weight: s.weight,
+            truncated: s.truncated,
+        });
+    }
+    fn error(&mut self, e: WalkError) {
+        self.errors.push(e);
+    }
+}
+
+/// Walks every `every` until `done` returns true or `max` passes.
+pub fn walk_until(
+    w: &mut impl StackWalker,
+    sink: &mut Collect,
+    every: Duration,
+    max: Duration,
+    mut done: impl FnMut(&Collect) -> bool,
+) {
+    let end = Instant::now() + max;
+    while Instant::now() < end && !done(sink) {
+        w.walk(sink);
+        std::thread::sleep(every);
+    }
+    w.walk(sink);
+}
+
+/// Function names of a sample, leaf first.
+pub fn names(w: &mut impl StackWalker, frames: &[RawFrame]) -> Vec<String> {
+    frames.iter().map(|&f| w.symbolize(f).function).collect()
+}
+
+pub fn frame(w: &mut impl StackWalker, f: RawFrame) -> Frame {
+    w.symbolize(f)
+}
+
+/// Burns CPU until `d` has passed.
+#[inline(never)]
+pub fn spin_for(d: Duration) {
+    let end = Instant::now() + d;
+    let mut x = 0u64;
+    while Instant::now() < end {
+        for i in 0..1000 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+    }
+    std::hint::black_box(x);
+}
+
+/// Burns `$n` rounds of xorshift on `$x` without any call, even unoptimised (no iterator,
+/// no `black_box`, no wrapping helpers), so a sample lands in the function using it.
+#[macro_export]
+macro_rules! burn {
+    ($x:ident, $n:expr) => {{
+        let mut i = 0u32;
+        while i < $n {
+            $x ^= $x << 13;
+            $x ^= $x >> 7;
+            $x ^= $x << 17;
+            i += 1;
+        }
+    }};
+}
