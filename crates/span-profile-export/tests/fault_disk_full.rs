@@ -12,13 +12,15 @@
 //!   `WindowStats::export_errors` of the next window that gets out), sampling goes on, and
 //!   no count is lost.
 
+mod fault_common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
-use span_profile_core::{Frame, Profile, ProfileSample, Profiler, Resource, Stack};
+use fault_common::{files_named, window};
+use span_profile_core::{Profile, Profiler};
 use span_profile_export::{FileStore, StoreFilter, FILE_SUFFIX, TEMP_PREFIX};
 use span_profile_test::FakeWalker;
 
@@ -51,64 +53,6 @@ impl Drop for SmallDisk {
     }
 }
 
-/// A window whose pprof is about `kib` KiB even after gzip: frame names are pseudo-random hex.
-fn window(i: u64, kib: usize) -> Profile {
-    let (resource, _) = Resource::from_vars(Some("disk-full"), Some("service.instance.id=host-1"));
-    let mut p = Profile::empty(
-        resource,
-        1_700_000_000_000_000_000 + i * 1_000_000_000,
-        1,
-        1,
-    );
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ i;
-    let frames = kib * 1024 / 24;
-    for f in 0..frames {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p.frames.push(Frame::new(
-            format!("{x:016x}{:08x}", x >> 32),
-            "a.py",
-            f as u32,
-        ));
-    }
-    p.stacks.push(Stack {
-        frames: (0..frames as u32).collect(),
-        truncated: false,
-    });
-    p.samples.push(ProfileSample {
-        stack: 0,
-        span: None,
-        route: Arc::from("background"),
-        thread_name: Arc::from("main"),
-        task_name: None,
-        cpu_samples: i + 1,
-        wall_samples: i + 1,
-        cpu_ns: 1,
-        wall_ns: 1,
-    });
-    p
-}
-
-fn files_named(dir: &Path, pred: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            if path.is_dir() {
-                todo.push(path);
-            } else if pred(&e.file_name().to_string_lossy()) {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
 /// Writes growing windows until one fails; checks the error and what is left on disk. Returns
 /// the windows that were written.
 fn fill_until_a_write_fails(dir: &Path) -> Vec<Profile> {
@@ -116,7 +60,7 @@ fn fill_until_a_write_fails(dir: &Path) -> Vec<Profile> {
     let mut written = Vec::new();
     let error = (0..64u64)
         .find_map(|i| {
-            let p = window(i, 24 * (i as usize + 1));
+            let p = window("disk-full", i, 24 * (i as usize + 1));
             match store.write(&p) {
                 Ok(_) => {
                     written.push(p);
@@ -168,7 +112,7 @@ fn a_full_disk_fails_the_write_with_the_path_and_keeps_earlier_windows() {
                 fs::remove_file(f).unwrap();
             }
             let store = FileStore::new(&disk.path);
-            let again = window(100, 24);
+            let again = window("disk-full", 100, 24);
             store
                 .write(&again)
                 .expect("writes resume once there is room");
