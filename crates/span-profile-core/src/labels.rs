@@ -79,6 +79,18 @@ pub enum ResourceAttributeError {
 }
 
 impl Resource {
+    /// The instance label used when none is configured: `<host name>-<pid>`, distinct per
+    /// process, so a forked child gets its own.
+    pub fn default_instance() -> String {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "localhost".into());
+        format!("{host}-{}", std::process::id())
+    }
+
     /// Reads `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` from the environment.
     /// Malformed entries are skipped and returned, never fatal.
     pub fn from_env() -> (Self, Vec<ResourceAttributeError>) {

@@ -306,7 +306,7 @@ impl ProfilerBuilder {
         let walker = self.walker.ok_or(StartError::NoWalker)?;
         let mut resource = self.resource;
         if resource.instance.is_none() {
-            resource.instance = Some(default_instance());
+            resource.instance = Some(Resource::default_instance());
         }
         let counters = Arc::new(Counters::default());
         let (win_tx, win_rx) = bounded::<Arc<Profile>>(self.export_queue);
@@ -358,16 +358,6 @@ impl ProfilerBuilder {
             threads: Mutex::new(Some((sampler_thread, exporter_thread))),
         })
     }
-}
-
-fn default_instance() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into());
-    format!("{host}-{}", std::process::id())
 }
 
 /// A running profiler. Dropping it stops it (with a 5 s timeout).

@@ -14,10 +14,10 @@ use span_profile_core::{
     ActiveSpanRegistry, ExecutionKey, ExportError, Profiler, ProfilerStats, SpanId, SpanStart,
     SpanTable, StartError, TraceId,
 };
-use span_profile_export::FileStore;
+use span_profile_export::{exporter_for_output, parse_output, ExporterEnv, Output};
 
 use super::context::{ContextHook, HookCounters, PyActiveSpan, CACHE_ATTR};
-use super::settings::{self, Output};
+use super::settings;
 use super::span_hooks::{field, hex16, route_of, set_profile_id, span_context, text};
 use super::walker::{self, WalkerHandles};
 
@@ -143,7 +143,9 @@ impl NativeAgent {
         python_version: (u8, u8),
         overhead_budget: f64,
     ) -> PyResult<Self> {
-        let Output::Dir(dir) = settings::parse_output(output).map_err(PyValueError::new_err)?;
+        // One parser for every output form (directory, file://, pyroscope+http(s)://,
+        // otlp+http(s)://), shared with the CLI; errors say what is accepted.
+        let parsed = parse_output(output).map_err(|e| PyValueError::new_err(e.to_string()))?;
         if !window_s.is_finite() || !(1.0..=3600.0).contains(&window_s) {
             return Err(PyValueError::new_err(format!(
                 "window_s={window_s} is out of range; use 1 to 3600 seconds"
@@ -154,12 +156,16 @@ impl NativeAgent {
                 "sample_rate_hz={sample_rate_hz} is out of range; use 1 to 10000"
             )));
         }
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            PyValueError::new_err(format!(
-                "output directory {} cannot be created: {e}; pass a writable directory",
-                dir.display()
-            ))
-        })?;
+        if let Output::Dir(dir) = &parsed {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                PyValueError::new_err(format!(
+                    "output directory {} cannot be created: {e}; pass a writable directory",
+                    dir.display()
+                ))
+            })?;
+        }
+        let exporter = exporter_for_output(output, &ExporterEnv::from_process())
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let (resource, resource_problems) =
             settings::resource(service, version, environment, instance, forked);
         let service = resource.service.clone();
@@ -176,7 +182,7 @@ impl NativeAgent {
             .with_window(Duration::from_secs_f64(window_s))
             .with_registry(registry.clone())
             .with_span_table(spans.clone())
-            .with_exporter(FileStore::new(dir))
+            .with_shared_exporter(Arc::from(exporter))
             .with_walker(walker)
             .start()
             .map_err(start_error)?;

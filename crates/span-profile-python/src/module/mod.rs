@@ -27,9 +27,11 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// Checks an `output` setting; raises ValueError saying what is accepted.
 #[pyfunction]
 fn parse_output(output: &str) -> PyResult<String> {
-    match settings::parse_output(output) {
-        Ok(settings::Output::Dir(d)) => Ok(d.display().to_string()),
-        Err(e) => Err(pyo3::exceptions::PyValueError::new_err(e)),
+    use span_profile_export::Output;
+    match span_profile_export::parse_output(output) {
+        Ok(Output::Dir(d)) => Ok(d.display().to_string()),
+        Ok(_) => Ok(output.trim().to_string()),
+        Err(e) => Err(pyo3::exceptions::PyValueError::new_err(e.to_string())),
     }
 }
 
