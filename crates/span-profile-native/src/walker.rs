@@ -67,6 +67,10 @@ impl NativeWalkerBuilder {
     /// timers of registered threads. One walker may be attached at a time.
     pub fn build(self) -> Result<NativeWalker, SetupError> {
         let t = table()?;
+        // Loading the symbolizer's debug info takes long on a big binary (seconds for an
+        // unoptimised one): do it here, on the caller, not in the sampler's first tick while
+        // the rings fill.
+        warm_symbolizer();
         let _lock = t.lock.lock();
         if t.attached.swap(true, Ordering::AcqRel) {
             return Err(SetupError::AlreadyAttached);
@@ -97,6 +101,10 @@ impl NativeWalkerBuilder {
             default_period: if period > 0 { period } else { 10_000_000 },
         })
     }
+}
+
+fn warm_symbolizer() {
+    backtrace::resolve(warm_symbolizer as *const () as usize as *mut c_void, |_| {});
 }
 
 /// A [`StackWalker`] over the host process's own registered threads.

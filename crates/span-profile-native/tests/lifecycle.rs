@@ -1,0 +1,81 @@
+//! Lifecycle: SA_RESTART keeps blocking reads going under wall signals; a fork child starts
+//! with no registered thread and can profile again.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{serial, Collect};
+use span_profile_core::StackWalker;
+use span_profile_native::NativeWalker;
+
+#[test]
+fn a_blocking_read_is_restarted_not_interrupted() {
+    let _s = serial();
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (rd, wr) = (fds[0], fds[1]);
+    let reader = std::thread::spawn(move || {
+        let _g = span_profile_native::register_current_thread().unwrap();
+        let mut b = [0u8; 1];
+        // SAFETY: reads one byte into `b` from our pipe.
+        let n = unsafe { libc::read(rd, b.as_mut_ptr().cast(), 1) };
+        (n, std::io::Error::last_os_error())
+    });
+    let mut w = NativeWalker::builder().build().unwrap();
+    let mut sink = Collect::default();
+    let before = span_profile_native::stats().samples;
+    // Wall signals every millisecond at the blocked reader, until it has taken some.
+    for _ in 0..5000 {
+        w.walk(&mut sink);
+        std::thread::sleep(Duration::from_millis(1));
+        if span_profile_native::stats().samples >= before + 20 {
+            break;
+        }
+    }
+    // SAFETY: writes one byte from a live buffer to our pipe.
+    assert_eq!(unsafe { libc::write(wr, b"x".as_ptr().cast(), 1) }, 1);
+    let (n, err) = reader.join().unwrap();
+    assert_eq!(n, 1, "read returned {n}: {err}");
+    assert!(span_profile_native::stats().samples >= before + 20);
+    assert!(
+        sink.samples.iter().any(|g| !g.on_cpu),
+        "no off-CPU sample of the reader"
+    );
+}
+
+#[test]
+fn a_fork_child_starts_clean_and_can_profile() {
+    let _s = serial();
+    let _g = span_profile_native::register_current_thread().unwrap();
+    let w = NativeWalker::builder().build().unwrap();
+    assert!(span_profile_native::stats().registered_threads >= 1);
+    // SAFETY: the child only reads atomics, registers itself and exits with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let clean = span_profile_native::stats().registered_threads == 0;
+        let again = span_profile_native::register_current_thread().is_ok();
+        let walker = NativeWalker::builder().build().is_ok();
+        let code = if clean && again && walker {
+            0
+        } else {
+            1 + clean as i32 * 2 + again as i32 * 4
+        };
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child died: {status}");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "child: clean/registered/walker failed"
+    );
+    // The parent is unaffected.
+    assert!(span_profile_native::stats().registered_threads >= 1);
+    drop(w);
+}
