@@ -64,3 +64,12 @@ if [[ -z "${SKIP_PYTHON:-}" ]]; then
 fi
 
 printf '\nsuite: %d passed, 0 failed\n' "$stages"
+
+# ---- fuzz smoke (issue 9, reliability) --------------------------------------------------------
+# Builds every cargo-fuzz target in fuzz/ and runs each for FUZZ_SECONDS (default 10) seconds;
+# a crash fails the suite. SKIP_FUZZ=1 skips it (the first build takes several minutes).
+if [[ -z "${SKIP_FUZZ:-}" ]]; then
+    step "fuzz smoke (each target ${FUZZ_SECONDS:-10} s)"
+    scripts/fuzz-smoke.sh
+    printf '\nfuzz smoke passed\n'
+fi
