@@ -13,12 +13,12 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendErro
 
 use crate::aggregate::{AggregatorLimits, Sample, WindowAggregator};
 use crate::budget::{BudgetController, ThreadCpuClock};
-use crate::labels::{LabelValues, ResourceAttributeError};
-use crate::registry::ActiveSpanRegistry;
+use crate::labels::{LabelId, LabelValues, ResourceAttributeError};
+use crate::registry::{ActiveSpan, ActiveSpanRegistry};
 use crate::spans::SpanTable;
 use crate::{
-    ExportError, Exporter, Frame, Profile, RawFrame, RawSample, Resource, StackSink, StackWalker,
-    WalkError,
+    ExportError, Exporter, Frame, Profile, RawFrame, RawSample, Resource, SpanContext, StackSink,
+    StackWalker, WalkError,
 };
 
 /// Why the profiler could not start.
@@ -632,14 +632,40 @@ struct TickSink<'a> {
 
 impl StackSink for TickSink<'_> {
     fn sample(&mut self, s: &RawSample<'_>) {
-        let sampler = &mut *self.sampler;
         let active = match s.span {
             Some(ctx) => Some((ctx, None)),
-            None => sampler
+            None => self
+                .sampler
                 .registry
                 .current(s.key)
                 .map(|a| (a.ctx, Some(a.route))),
         };
+        self.record(s, active);
+    }
+
+    fn sample_resolved(&mut self, s: &RawSample<'_>, span: Option<ActiveSpan>) {
+        self.record(s, span.map(|a| (a.ctx, Some(a.route))));
+    }
+
+    fn error(&mut self, error: WalkError) {
+        let stats = self.sampler.agg.stats_mut();
+        match error {
+            WalkError::Skipped => stats.skipped_threads += 1,
+            _ => {
+                stats.walk_errors += 1;
+                self.sampler
+                    .counters
+                    .walk_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl TickSink<'_> {
+    /// Aggregates one stack with the span (and route, when known) it is attributed to.
+    fn record(&mut self, s: &RawSample<'_>, active: Option<(SpanContext, Option<LabelId>)>) {
+        let sampler = &mut *self.sampler;
         let stack = sampler.agg.intern_stack(s.frames, s.truncated);
         let thread = sampler.agg.intern_thread_name(s.thread_name);
         let task = s.task_name.map(|t| sampler.agg.intern_task_name(t));
@@ -660,20 +686,6 @@ impl StackSink for TickSink<'_> {
             s.weight,
         );
         sampler.tick_samples += 1;
-    }
-
-    fn error(&mut self, error: WalkError) {
-        let stats = self.sampler.agg.stats_mut();
-        match error {
-            WalkError::Skipped => stats.skipped_threads += 1,
-            _ => {
-                stats.walk_errors += 1;
-                self.sampler
-                    .counters
-                    .walk_errors
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
     }
 }
 

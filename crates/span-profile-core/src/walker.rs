@@ -1,6 +1,6 @@
 //! The stack-walker backend trait: how a runtime's stacks reach the sampler.
 
-use crate::{ExecutionKey, Frame, RawFrame, SpanContext};
+use crate::{ActiveSpan, ExecutionKey, Frame, RawFrame, SpanContext};
 
 /// One thread's or task's stack, as a walker hands it to the sampler.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +42,19 @@ pub enum WalkError {
 pub trait StackSink {
     /// Records one stack. Must be called at most once per key per tick.
     fn sample(&mut self, sample: &RawSample<'_>);
+    /// Records one stack whose span the walker resolved itself (for example by reading the
+    /// context that runs on the thread): `Some` is the span with its route, `None` means that
+    /// no span is current, and in both cases the registry is not consulted.
+    ///
+    /// The default forwards to [`StackSink::sample`] with [`RawSample::span`] set, which drops
+    /// the route and, for `None`, falls back to the registry; sinks that can use the route
+    /// override it. Same contract as `sample` (no allocation on the sampling path).
+    fn sample_resolved(&mut self, sample: &RawSample<'_>, span: Option<ActiveSpan>) {
+        self.sample(&RawSample {
+            span: span.map(|a| a.ctx),
+            ..*sample
+        });
+    }
     /// Counts a failure (one per thread or task that could not be walked).
     fn error(&mut self, error: WalkError);
 }

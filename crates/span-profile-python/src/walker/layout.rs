@@ -72,6 +72,9 @@ pub(crate) struct Layout {
     pub(crate) cframe_current_frame: Option<usize>,
     pub(crate) tstate_thread_id: usize,
     pub(crate) tstate_native_thread_id: Option<usize>,
+    /// `datastack_chunk` and `datastack_top` (3.11+): the thread's frame stack, copied in one
+    /// read (`_PyStackChunk { previous, size, top, data[] }`, pycore_frame.h).
+    pub(crate) tstate_datastack: Option<(usize, usize)>,
     // Frames: PyFrameObject (3.9/3.10, frameobject.h / cpython/frameobject.h) or
     // _PyInterpreterFrame (3.11+, internal/pycore_frame.h).
     pub(crate) frame_kind: FrameKind,
@@ -149,6 +152,7 @@ pub(crate) const PY39: Layout = Layout {
     cframe_current_frame: None,
     tstate_thread_id: 176, // PyThreadState.thread_id
     tstate_native_thread_id: None,
+    tstate_datastack: None,
     frame_kind: FrameKind::FrameObject,
     frame_previous: 24, // PyFrameObject.f_back
     frame_code: 32,     // PyFrameObject.f_code
@@ -198,6 +202,7 @@ pub(crate) const PY311: Layout = Layout {
     cframe_current_frame: Some(8), // _PyCFrame.current_frame (after use_tracing)
     tstate_thread_id: 152,         // PyThreadState.thread_id
     tstate_native_thread_id: Some(160), // PyThreadState.native_thread_id
+    tstate_datastack: Some((296, 304)), // PyThreadState.datastack_chunk, .datastack_top
     frame_kind: FrameKind::PrevInstr,
     frame_previous: 48,    // _PyInterpreterFrame.previous
     frame_code: 32,        // _PyInterpreterFrame.f_code
@@ -230,6 +235,7 @@ pub(crate) const PY312: Layout = Layout {
     cframe_current_frame: Some(0),      // _PyCFrame.current_frame (use_tracing removed)
     tstate_thread_id: 136,              // PyThreadState.thread_id
     tstate_native_thread_id: Some(144), // PyThreadState.native_thread_id
+    tstate_datastack: Some((232, 240)), // PyThreadState.datastack_chunk, .datastack_top (3.13 too)
     frame_previous: 8,                  // _PyInterpreterFrame.previous
     frame_code: 0,                      // _PyInterpreterFrame.f_code
     frame_owner: Some(70),              // _PyInterpreterFrame.owner
@@ -283,6 +289,7 @@ impl Layout {
             self.tstate_frame,
             self.tstate_thread_id,
             self.tstate_native_thread_id.unwrap_or(0),
+            self.tstate_datastack.map_or(0, |(c, t)| c.max(t)),
         ]
         .into_iter()
         .max()
@@ -547,3 +554,39 @@ mod tests {
         assert_eq!(check_debug_offsets(&m, 0x10_000, &PY312), Ok(()));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Contexts and HAMTs (asyncio / contextvars span attribution, read by `super::context`).
+// Measured with `offsetof` against each interpreter's headers built with `Py_BUILD_CORE`
+// (cpython/pystate.h, internal/pycore_context.h, internal/pycore_hamt.h); the node structs live
+// in Python/hamt.c and are written down from their definitions there, identical 3.9–3.13.
+// ---------------------------------------------------------------------------------------------
+
+/// `PyThreadState.context` (the `PyContext*` entered on the thread; null until first use).
+pub(crate) fn tstate_context(v: PythonVersion) -> Option<usize> {
+    match (v.major, v.minor) {
+        (3, 9) | (3, 10) => Some(240),
+        (3, 11) => Some(224),
+        (3, 12) | (3, 13) => Some(208),
+        _ => None,
+    }
+}
+
+/// `PyContext.ctx_vars` (`PyHamtObject*`), every version.
+pub(crate) const CONTEXT_VARS: usize = 24;
+/// `PyHamtObject.h_root` (`PyHamtNode*`), every version.
+pub(crate) const HAMT_ROOT: usize = 16;
+/// `PyObject_VAR_HEAD.ob_size`, every version.
+pub(crate) const OB_SIZE: usize = 16;
+/// `PyHamtNode_Bitmap.b_bitmap` (u32) and `b_array` (key/value pairs; a null key marks a
+/// sub-node in the value slot).
+pub(crate) const HAMT_BITMAP_BITMAP: usize = 24;
+pub(crate) const HAMT_BITMAP_ARRAY: usize = 32;
+/// `PyHamtNode_Array.a_array` (32 child pointers, null for empty).
+pub(crate) const HAMT_ARRAY_ARRAY: usize = 16;
+/// `PyHamtNode_Collision.c_hash` (i32) and `c_array` (key/value pairs, `ob_size` slots).
+pub(crate) const HAMT_COLLISION_HASH: usize = 24;
+pub(crate) const HAMT_COLLISION_ARRAY: usize = 32;
+/// `HAMT_MAX_TREE_DEPTH` in Python/hamt.c (32-bit hashes, 5 bits per level) plus one
+/// collision level.
+pub(crate) const HAMT_MAX_DEPTH: usize = 8;

@@ -38,6 +38,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod code;
+mod context;
 mod layout;
 mod linetable;
 mod memory;
@@ -51,6 +52,11 @@ mod tests;
 #[doc(hidden)]
 pub mod testing;
 
+pub use context::{
+    hamt_find, hamt_hash, ContextCounters, ContextError, ContextSpan, ContextStats, ContextTarget,
+    HamtTypes, SlotData, SlotVar, TaskNames, MAX_TASK_NAMES, OTHER_TASK, SLOT_SIZE, SPAN_MAGIC,
+    TASK_MAGIC,
+};
 pub use layout::{LayoutError, PythonVersion};
 pub use memory::{FakeMemory, MemoryReader, ProcessVmReader, ReadError, ReadExt, MAX_READ};
 pub use objects::TypeAddresses;

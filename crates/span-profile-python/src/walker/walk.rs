@@ -9,6 +9,7 @@ use span_profile_core::{
 };
 
 use super::code::{CodeCache, CopyLimits, Resolved, UNKNOWN_CODE_ID};
+use super::context::ContextReader;
 use super::layout::{check_debug_offsets, FrameKind, Layout, LayoutError, PythonVersion};
 use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ProcessVmReader, ReadError};
 use super::objects::{type_matches, ObjectError, TypeAddresses};
@@ -52,7 +53,7 @@ impl Target {
 }
 
 /// Looks a NUL-terminated symbol up in the global scope.
-fn dlsym(name: &'static str) -> Option<u64> {
+pub(crate) fn dlsym(name: &'static str) -> Option<u64> {
     if !name.ends_with('\0') {
         return None;
     }
@@ -286,6 +287,8 @@ pub struct PythonWalker<R> {
     pthread_tid_ok: bool,
     frames: Vec<RawFrame>,
     name: NameBuf,
+    /// The running context's span and task (`super::context`).
+    pub(crate) ctx: ContextReader,
 }
 
 impl PythonWalker<ProcessVmReader> {
@@ -344,6 +347,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             pthread_tid_ok,
             frames: Vec::with_capacity(config.max_depth),
             name: NameBuf::new(),
+            ctx: ContextReader::new(layout.version),
             config,
         })
     }
@@ -430,7 +434,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                 let thread_id = field_u64(tb, l.tstate_thread_id);
                 let frame_field = field_u64(tb, l.tstate_frame);
                 let native = l.tstate_native_thread_id.map_or(0, |o| field_u64(tb, o));
-                self.walk_thread(sink, thread_id, native, frame_field);
+                self.walk_thread(sink, tstate, thread_id, native, frame_field);
                 if next != 0 && (next == tstate || next == prev_tstate) {
                     return self.fail(sink, ThreadFailure::Cycle);
                 }
@@ -467,6 +471,7 @@ impl<R: MemoryReader> PythonWalker<R> {
     fn walk_thread(
         &mut self,
         sink: &mut dyn StackSink,
+        tstate: u64,
         thread_id: u64,
         native: u64,
         frame_field: u64,
@@ -501,7 +506,7 @@ impl<R: MemoryReader> PythonWalker<R> {
         if truncated {
             bump(&self.counters.truncated, 1);
         }
-        sink.sample(&RawSample {
+        let sample = RawSample {
             key: ExecutionKey::thread(thread_id),
             frames: &self.frames,
             truncated,
@@ -510,7 +515,8 @@ impl<R: MemoryReader> PythonWalker<R> {
             task_name: None,
             span: None,
             weight: 1,
-        });
+        };
+        self.ctx.emit(&self.reader, tstate, sink, sample);
     }
 
     fn on_cpu(&mut self, thread_id: u64, native: u64, registered: u32) -> bool {

@@ -1,0 +1,797 @@
+//! The span (and asyncio task name) of the context that is running on a thread, read from
+//! interpreter memory at the sample instant.
+//!
+//! The runtime-context hook stores a `span_profile._native.ActiveSpan` in our own ContextVar
+//! next to OpenTelemetry's, in the same `Context`; the task factory stores a `TaskTag` in a
+//! second ContextVar of each task's context. Every copy of a context (asyncio tasks,
+//! `copy_context().run`, `asyncio.to_thread`, `run_in_executor`) carries both along, and
+//! asyncio runs each task step inside its context (`Context.run`), so what is entered on the
+//! thread when we sample is exactly the running task's (or thread's) context.
+//!
+//! Per thread: `tstate->context` → `PyContext.ctx_vars` (an immutable HAMT) → look our
+//! ContextVar up by its hash → check the value's `ob_type` and magic → read the ids at the
+//! offset the module measured. The cost does not depend on how many tasks exist: only the
+//! running context is read. Every node read is validated against the HAMT node types, the
+//! depth and sizes are capped, and every failure is a counter (the sample then falls back to
+//! the thread's registry entry).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use span_profile_core::labels::LabelId;
+use span_profile_core::{ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId};
+
+use super::layout::{
+    tstate_context, PythonVersion, CONTEXT_VARS, HAMT_ARRAY_ARRAY, HAMT_BITMAP_ARRAY,
+    HAMT_BITMAP_BITMAP, HAMT_COLLISION_ARRAY, HAMT_COLLISION_HASH, HAMT_MAX_DEPTH, HAMT_ROOT,
+    OB_SIZE, OB_TYPE,
+};
+use super::memory::{field_u64, MemoryReader, ReadError};
+use super::threads::NameBuf;
+use super::walk::PythonWalker;
+
+/// `SlotData::magic` of a span slot ("SPANSLOT", little-endian).
+pub const SPAN_MAGIC: u64 = u64::from_le_bytes(*b"SPANSLOT");
+/// `SlotData::magic` of a task tag ("TASK_TAG").
+pub const TASK_MAGIC: u64 = u64::from_le_bytes(*b"TASK_TAG");
+/// Most key/value slots read from one collision node.
+const MAX_COLLISION_SLOTS: usize = 64;
+/// Most task names remembered; later names fold into [`OTHER_TASK`].
+pub const MAX_TASK_NAMES: usize = 256;
+/// The name reported for tasks whose name was not registered or did not fit.
+pub const OTHER_TASK: &str = "Task";
+
+/// What a `span_profile` slot object carries, `#[repr(C)]` at a fixed offset inside the Python
+/// object (measured by the module when it builds the walker).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotData {
+    /// [`SPAN_MAGIC`] or [`TASK_MAGIC`]; anything else is not ours.
+    pub magic: u64,
+    /// High and low halves of the trace id.
+    pub trace_hi: u64,
+    /// See `trace_hi`.
+    pub trace_lo: u64,
+    /// The span id.
+    pub span_id: u64,
+    /// The local root span id.
+    pub local_root: u64,
+    /// The route label id (span table interning).
+    pub route: u32,
+    /// A task name id ([`TaskNames`]), for task tags.
+    pub name_id: u32,
+}
+
+/// Bytes of [`SlotData`].
+pub const SLOT_SIZE: usize = std::mem::size_of::<SlotData>();
+
+impl SlotData {
+    /// The slot of an active span.
+    pub fn span(a: &ActiveSpan) -> Self {
+        let t = a.ctx.trace_id.to_u128();
+        Self {
+            magic: SPAN_MAGIC,
+            trace_hi: (t >> 64) as u64,
+            trace_lo: t as u64,
+            span_id: a.ctx.span_id.to_u64(),
+            local_root: a.ctx.local_root_span_id.to_u64(),
+            route: a.route.0,
+            name_id: 0,
+        }
+    }
+
+    /// The tag of a task whose name has id `name_id`.
+    pub fn task(name_id: u32) -> Self {
+        Self {
+            magic: TASK_MAGIC,
+            name_id,
+            ..Self::default()
+        }
+    }
+
+    fn from_bytes(b: &[u8]) -> Self {
+        let u32_at = |off: usize| {
+            b.get(off..off + 4)
+                .and_then(|s| <[u8; 4]>::try_from(s).ok())
+                .map_or(0, u32::from_le_bytes)
+        };
+        Self {
+            magic: field_u64(b, 0),
+            trace_hi: field_u64(b, 8),
+            trace_lo: field_u64(b, 16),
+            span_id: field_u64(b, 24),
+            local_root: field_u64(b, 32),
+            route: u32_at(40),
+            name_id: u32_at(44),
+        }
+    }
+
+    /// The span this slot describes, if its ids are valid.
+    pub fn active_span(&self) -> Option<ActiveSpan> {
+        let trace = (u128::from(self.trace_hi) << 64) | u128::from(self.trace_lo);
+        let span_id = SpanId::from_u64(self.span_id)?;
+        Some(ActiveSpan {
+            ctx: SpanContext {
+                trace_id: TraceId::from_u128(trace)?,
+                span_id,
+                local_root_span_id: SpanId::from_u64(self.local_root).unwrap_or(span_id),
+            },
+            route: LabelId(self.route),
+        })
+    }
+}
+
+/// Type objects that validate context and HAMT reads (0 disables a check).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HamtTypes {
+    /// `PyContext_Type`.
+    pub context: u64,
+    /// `_PyHamt_Type`.
+    pub hamt: u64,
+    /// `_PyHamt_BitmapNode_Type`.
+    pub bitmap: u64,
+    /// `_PyHamt_ArrayNode_Type`.
+    pub array: u64,
+    /// `_PyHamt_CollisionNode_Type`.
+    pub collision: u64,
+}
+
+impl HamtTypes {
+    /// The type objects of this process's interpreter, found with `dlsym` (the node types are
+    /// exported data symbols of libpython / the executable). `None` if any is missing: node
+    /// types cannot be told apart without them.
+    pub fn current_process() -> Option<Self> {
+        Some(Self {
+            context: super::walk::dlsym("PyContext_Type\0")?,
+            hamt: super::walk::dlsym("_PyHamt_Type\0")?,
+            bitmap: super::walk::dlsym("_PyHamt_BitmapNode_Type\0")?,
+            array: super::walk::dlsym("_PyHamt_ArrayNode_Type\0")?,
+            collision: super::walk::dlsym("_PyHamt_CollisionNode_Type\0")?,
+        })
+    }
+}
+
+/// One ContextVar to look up and the type of the object it must hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotVar {
+    /// `id(var)`: HAMT keys are compared by identity.
+    pub var: u64,
+    /// `hash(var)` (the var's `var_hash`).
+    pub hash: i64,
+    /// `id(type(value))` that a valid value has.
+    pub value_type: u64,
+    /// Offset of [`SlotData`] from the start of the value object.
+    pub data_offset: usize,
+}
+
+/// What the walker needs to read spans and task names from thread contexts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContextTarget {
+    /// Node types for validation.
+    pub types: HamtTypes,
+    /// The span slot ContextVar (`var == 0`: spans are not read).
+    pub span: SlotVar,
+    /// The task tag ContextVar (`var == 0`: task names are not read).
+    pub task: SlotVar,
+}
+
+/// Task names by id, registered by the Python task factory (low cardinality: default
+/// `Task-N` names are folded before they get here). The walker only `try_lock`s it.
+#[derive(Debug, Clone, Default)]
+pub struct TaskNames {
+    inner: Arc<Mutex<Vec<Box<str>>>>,
+}
+
+impl TaskNames {
+    /// The id of `name`, registering it if new; `0` (reported as [`OTHER_TASK`]) once
+    /// [`MAX_TASK_NAMES`] names exist.
+    pub fn intern(&self, name: &str) -> u32 {
+        let mut names = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = names.iter().position(|n| &**n == name) {
+            return i as u32 + 1;
+        }
+        if names.len() >= MAX_TASK_NAMES {
+            return 0;
+        }
+        names.push(name.into());
+        names.len() as u32
+    }
+
+    /// Copies the name of `id` into `buf` without blocking or allocating.
+    fn lookup(&self, id: u32, buf: &mut NameBuf) {
+        buf.clear();
+        if let Ok(names) = self.inner.try_lock() {
+            if let Some(n) = (id as usize).checked_sub(1).and_then(|i| names.get(i)) {
+                buf.push_str(n);
+                return;
+            }
+        }
+        let _ = buf.write_str(OTHER_TASK);
+    }
+}
+
+/// Counters of context reads (`Relaxed`: independent statistics, nothing is published through
+/// them).
+#[derive(Debug, Default)]
+pub struct ContextCounters {
+    /// Threads whose context was looked at.
+    pub lookups: AtomicU64,
+    /// Samples whose span came from the context.
+    pub spans: AtomicU64,
+    /// Contexts (or threads without one) that hold no span.
+    pub no_span: AtomicU64,
+    /// Samples that carried a task name.
+    pub tasks: AtomicU64,
+    /// Failed reads or validations (the sample falls back to the registry).
+    pub invalid: AtomicU64,
+}
+
+/// A snapshot of [`ContextCounters`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ContextStats {
+    /// See [`ContextCounters::lookups`].
+    pub lookups: u64,
+    /// See [`ContextCounters::spans`].
+    pub spans: u64,
+    /// See [`ContextCounters::no_span`].
+    pub no_span: u64,
+    /// See [`ContextCounters::tasks`].
+    pub tasks: u64,
+    /// See [`ContextCounters::invalid`].
+    pub invalid: u64,
+}
+
+impl ContextCounters {
+    /// Current values.
+    pub fn snapshot(&self) -> ContextStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ContextStats {
+            lookups: g(&self.lookups),
+            spans: g(&self.spans),
+            no_span: g(&self.no_span),
+            tasks: g(&self.tasks),
+            invalid: g(&self.invalid),
+        }
+    }
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Why a context read stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextError {
+    /// A read failed.
+    Read(ReadError),
+    /// An object had an unexpected type or an implausible size.
+    Invalid,
+    /// Deeper than a HAMT can be.
+    TooDeep,
+}
+
+impl From<ReadError> for ContextError {
+    fn from(e: ReadError) -> Self {
+        Self::Read(e)
+    }
+}
+
+/// `hamt_hash` of Python/hamt.c: the 64-bit `Py_hash_t` folded to 32 bits by XOR, with -1
+/// mapped to -2.
+pub fn hamt_hash(py_hash: i64) -> i32 {
+    let folded = (py_hash as i32) ^ ((py_hash >> 32) as i32);
+    if folded == -1 {
+        -2
+    } else {
+        folded
+    }
+}
+
+fn type_ok(expected: u64, actual: u64) -> bool {
+    expected == 0 || expected == actual
+}
+
+/// Looks `key` (an object address, compared by identity as ContextVars are) up in the HAMT
+/// whose root node is `node`; `hash` is [`hamt_hash`] of the key. Returns the value's address.
+/// Node types are told apart by `types`, which must all be known (non-zero).
+pub fn hamt_find(
+    reader: &dyn MemoryReader,
+    types: &HamtTypes,
+    mut node: u64,
+    key: u64,
+    hash: i32,
+) -> Result<Option<u64>, ContextError> {
+    let mut shift = 0u32;
+    let mut head = [0u8; 32];
+    for _ in 0..HAMT_MAX_DEPTH {
+        reader.read(node, &mut head)?;
+        let ty = field_u64(&head, OB_TYPE);
+        let idx = ((hash as u32) >> shift.min(31)) & 0x1f;
+        if ty == types.bitmap {
+            let bitmap = field_u64(&head, HAMT_BITMAP_BITMAP) as u32;
+            let size = field_u64(&head, OB_SIZE);
+            if size != 2 * u64::from(bitmap.count_ones()) {
+                return Err(ContextError::Invalid);
+            }
+            let bit = 1u32 << idx;
+            if bitmap & bit == 0 {
+                return Ok(None);
+            }
+            let pos = u64::from((bitmap & (bit - 1)).count_ones());
+            let mut pair = [0u8; 16];
+            reader.read(node + HAMT_BITMAP_ARRAY as u64 + pos * 16, &mut pair)?;
+            let (k, v) = (field_u64(&pair, 0), field_u64(&pair, 8));
+            if k == 0 {
+                if v == 0 {
+                    return Err(ContextError::Invalid);
+                }
+                node = v;
+                shift += 5;
+                continue;
+            }
+            return Ok((k == key).then_some(v));
+        } else if ty == types.array {
+            let mut child = [0u8; 8];
+            reader.read(
+                node + HAMT_ARRAY_ARRAY as u64 + u64::from(idx) * 8,
+                &mut child,
+            )?;
+            match u64::from_le_bytes(child) {
+                0 => return Ok(None),
+                c => {
+                    node = c;
+                    shift += 5;
+                }
+            }
+        } else if ty == types.collision {
+            let c_hash = field_u64(&head, HAMT_COLLISION_HASH) as u32 as i32;
+            if c_hash != hash {
+                return Ok(None);
+            }
+            let size = usize::try_from(field_u64(&head, OB_SIZE)).unwrap_or(usize::MAX);
+            if size > MAX_COLLISION_SLOTS || size % 2 != 0 {
+                return Err(ContextError::Invalid);
+            }
+            let mut slots = [0u8; MAX_COLLISION_SLOTS * 8];
+            let slots = slots.get_mut(..size * 8).ok_or(ContextError::Invalid)?;
+            reader.read(node + HAMT_COLLISION_ARRAY as u64, slots)?;
+            for pair in slots.chunks_exact(16) {
+                if field_u64(pair, 0) == key {
+                    return Ok(Some(field_u64(pair, 8)));
+                }
+            }
+            return Ok(None);
+        } else {
+            return Err(ContextError::Invalid);
+        }
+    }
+    Err(ContextError::TooDeep)
+}
+
+/// Reads the slot of `var` in the context at `ctx_vars`' root. `Ok(None)`: not set, or set
+/// to something that is not ours (such as `None`).
+fn read_slot(
+    reader: &dyn MemoryReader,
+    types: &HamtTypes,
+    root: u64,
+    var: &SlotVar,
+    magic: u64,
+) -> Result<Option<SlotData>, ContextError> {
+    let Some(value) = hamt_find(reader, types, root, var.var, hamt_hash(var.hash))? else {
+        return Ok(None);
+    };
+    let mut head = [0u8; 16];
+    reader.read(value, &mut head)?;
+    if field_u64(&head, OB_TYPE) != var.value_type {
+        return Ok(None);
+    }
+    let mut data = [0u8; SLOT_SIZE];
+    reader.read(value + var.data_offset as u64, &mut data)?;
+    let slot = SlotData::from_bytes(&data);
+    if slot.magic != magic {
+        return Err(ContextError::Invalid);
+    }
+    Ok(Some(slot))
+}
+
+/// What one context lookup found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextSpan {
+    /// The context could not be read (or context reading is off): use the registry.
+    Unknown,
+    /// The span current in the running context (`None`: no span).
+    Known(Option<ActiveSpan>),
+}
+
+/// Per-walker state of context reading: the target, a buffer for the task name, counters.
+#[derive(Debug)]
+pub(crate) struct ContextReader {
+    tstate_context: Option<usize>,
+    target: Option<ContextTarget>,
+    names: TaskNames,
+    counters: Arc<ContextCounters>,
+    task: NameBuf,
+    has_task: bool,
+}
+
+impl ContextReader {
+    pub(crate) fn new(version: PythonVersion) -> Self {
+        Self {
+            tstate_context: tstate_context(version),
+            target: None,
+            names: TaskNames::default(),
+            counters: Arc::default(),
+            task: NameBuf::new(),
+            has_task: false,
+        }
+    }
+
+    /// The span and task of the context entered on the thread state at `tstate`. Never
+    /// fails: what cannot be read is counted and reported as [`ContextSpan::Unknown`].
+    pub(crate) fn resolve(&mut self, reader: &dyn MemoryReader, tstate: u64) -> ContextSpan {
+        self.has_task = false;
+        let (Some(off), Some(target)) = (self.tstate_context, self.target) else {
+            return ContextSpan::Unknown;
+        };
+        let t = &target.types;
+        if t.bitmap == 0 || t.array == 0 || t.collision == 0 {
+            // Node kinds cannot be told apart: do not guess.
+            return ContextSpan::Unknown;
+        }
+        bump(&self.counters.lookups);
+        match self.lookup(reader, tstate, off, &target) {
+            Ok((span, task)) => {
+                match span {
+                    Some(_) => bump(&self.counters.spans),
+                    None => bump(&self.counters.no_span),
+                }
+                if let Some(id) = task {
+                    bump(&self.counters.tasks);
+                    self.names.lookup(id, &mut self.task);
+                    self.has_task = true;
+                }
+                ContextSpan::Known(span)
+            }
+            Err(_) => {
+                bump(&self.counters.invalid);
+                ContextSpan::Unknown
+            }
+        }
+    }
+
+    fn lookup(
+        &self,
+        reader: &dyn MemoryReader,
+        tstate: u64,
+        off: usize,
+        target: &ContextTarget,
+    ) -> Result<(Option<ActiveSpan>, Option<u32>), ContextError> {
+        let mut b = [0u8; 8];
+        reader.read(tstate + off as u64, &mut b)?;
+        let ctx = u64::from_le_bytes(b);
+        if ctx == 0 {
+            // No context was ever entered or created on this thread: no ContextVar is set.
+            return Ok((None, None));
+        }
+        let mut c = [0u8; CONTEXT_VARS + 8];
+        reader.read(ctx, &mut c)?;
+        if !type_ok(target.types.context, field_u64(&c, OB_TYPE)) {
+            return Err(ContextError::Invalid);
+        }
+        let hamt = field_u64(&c, CONTEXT_VARS);
+        if hamt == 0 {
+            return Err(ContextError::Invalid);
+        }
+        let mut h = [0u8; HAMT_ROOT + 8];
+        reader.read(hamt, &mut h)?;
+        if !type_ok(target.types.hamt, field_u64(&h, OB_TYPE)) {
+            return Err(ContextError::Invalid);
+        }
+        let root = field_u64(&h, HAMT_ROOT);
+        if root == 0 {
+            return Err(ContextError::Invalid);
+        }
+        let span = if target.span.var != 0 {
+            read_slot(reader, &target.types, root, &target.span, SPAN_MAGIC)?
+                .and_then(|s| s.active_span())
+        } else {
+            None
+        };
+        let task = if target.task.var != 0 {
+            read_slot(reader, &target.types, root, &target.task, TASK_MAGIC)?.map(|s| s.name_id)
+        } else {
+            None
+        };
+        Ok((span, task))
+    }
+
+    /// Hands `sample` to `sink` with the span and task name of the context running on the
+    /// thread state at `tstate` (the registry is used when that context cannot be read).
+    pub(crate) fn emit(
+        &mut self,
+        reader: &dyn MemoryReader,
+        tstate: u64,
+        sink: &mut dyn StackSink,
+        sample: RawSample<'_>,
+    ) {
+        match self.resolve(reader, tstate) {
+            ContextSpan::Known(span) => sink.sample_resolved(
+                &RawSample {
+                    task_name: self.task_name(),
+                    ..sample
+                },
+                span,
+            ),
+            ContextSpan::Unknown => sink.sample(&sample),
+        }
+    }
+
+    /// The task name found by the last [`ContextReader::resolve`].
+    pub(crate) fn task_name(&self) -> Option<&str> {
+        self.has_task.then(|| self.task.as_str())
+    }
+}
+
+impl<R: MemoryReader> PythonWalker<R> {
+    /// Reads each sampled thread's span (and asyncio task name) from the context running on
+    /// it, as described in the [module docs](self). Samples whose context cannot be read keep
+    /// using the registry.
+    pub fn with_context(mut self, target: ContextTarget) -> Self {
+        self.ctx.target = Some(target);
+        self
+    }
+
+    /// The task-name table the task factory fills; clone it to share.
+    pub fn task_names(&self) -> &TaskNames {
+        &self.ctx.names
+    }
+
+    /// Counters of context reads.
+    pub fn context_counters(&self) -> &Arc<ContextCounters> {
+        &self.ctx.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::walker::memory::FakeMemory;
+
+    const TYPES: HamtTypes = HamtTypes {
+        context: 0xc0_0000,
+        hamt: 0xc1_0000,
+        bitmap: 0xc2_0000,
+        array: 0xc3_0000,
+        collision: 0xc4_0000,
+    };
+    const SLOT_TYPE: u64 = 0xd0_0000;
+
+    /// A tiny allocator over a [`FakeMemory`].
+    struct Image {
+        mem: FakeMemory,
+        next: u64,
+    }
+
+    impl Image {
+        fn new() -> Self {
+            Self {
+                mem: FakeMemory::new(),
+                next: 0x10_0000,
+            }
+        }
+        fn alloc(&mut self, words: &[u64]) -> u64 {
+            let a = self.next;
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            self.next += bytes.len() as u64 + 0x40;
+            self.mem.insert(a, bytes);
+            a
+        }
+        fn bitmap(&mut self, entries: &[(u32, u64, u64)]) -> u64 {
+            let mut bitmap = 0u32;
+            let mut sorted = entries.to_vec();
+            sorted.sort_by_key(|e| e.0);
+            let mut words = vec![1, TYPES.bitmap, 2 * sorted.len() as u64, 0];
+            for &(idx, k, v) in &sorted {
+                bitmap |= 1 << idx;
+                words.push(k);
+                words.push(v);
+            }
+            words[3] = u64::from(bitmap);
+            self.alloc(&words)
+        }
+        fn array(&mut self, children: &[(u32, u64)]) -> u64 {
+            let mut words = vec![1, TYPES.array];
+            words.extend([0u64; 32]);
+            words.push(children.len() as u64);
+            for &(i, c) in children {
+                words[2 + i as usize] = c;
+            }
+            self.alloc(&words)
+        }
+        fn collision(&mut self, hash: i32, pairs: &[(u64, u64)]) -> u64 {
+            let mut words = vec![
+                1,
+                TYPES.collision,
+                2 * pairs.len() as u64,
+                u64::from(hash as u32),
+            ];
+            for &(k, v) in pairs {
+                words.push(k);
+                words.push(v);
+            }
+            self.alloc(&words)
+        }
+        fn slot(&mut self, data: SlotData) -> u64 {
+            self.alloc(&[
+                1,
+                SLOT_TYPE,
+                data.magic,
+                data.trace_hi,
+                data.trace_lo,
+                data.span_id,
+                data.local_root,
+                u64::from(data.route) | u64::from(data.name_id) << 32,
+            ])
+        }
+    }
+
+    fn idx(hash: i32, level: u32) -> u32 {
+        ((hash as u32) >> (5 * level)) & 0x1f
+    }
+
+    #[test]
+    fn hash_folding_matches_cpython() {
+        assert_eq!(hamt_hash(0x1234_5678), 0x1234_5678);
+        assert_eq!(hamt_hash(0x0000_0001_0000_0001), 0);
+        assert_eq!(hamt_hash(-1), 0);
+        assert_eq!(hamt_hash(0xffff_ffff), -2); // folds to -1
+    }
+
+    #[test]
+    fn finds_keys_through_bitmap_array_and_collision_nodes() {
+        let mut m = Image::new();
+        let (key, hash) = (0xabc0u64, 0x0a5f_3c21i32);
+        let other = 0xdef0u64;
+        // Root bitmap: an unrelated key, and a sub-node where our key lives.
+        let coll = m.collision(hash, &[(other, 7), (key, 42)]);
+        let arr = m.array(&[(idx(hash, 2), coll)]);
+        let sub = m.bitmap(&[(idx(hash, 1), 0, arr), ((idx(hash, 1) + 1) % 32, other, 9)]);
+        let root = m.bitmap(&[(idx(hash, 0), 0, sub), ((idx(hash, 0) + 3) % 32, other, 1)]);
+        assert_eq!(hamt_find(&m.mem, &TYPES, root, key, hash), Ok(Some(42)));
+        // Same hash, different key in a collision node: not found.
+        assert_eq!(hamt_find(&m.mem, &TYPES, root, 0x1, hash), Ok(None));
+        // Missing bit at the root.
+        assert_eq!(hamt_find(&m.mem, &TYPES, root, key, hash ^ 0x4), Ok(None));
+        // A direct hit in a bitmap node.
+        let flat = m.bitmap(&[(idx(hash, 0), key, 5)]);
+        assert_eq!(hamt_find(&m.mem, &TYPES, flat, key, hash), Ok(Some(5)));
+        assert_eq!(hamt_find(&m.mem, &TYPES, flat, other, hash), Ok(None));
+    }
+
+    #[test]
+    fn rejects_garbage_nodes_and_cycles() {
+        let mut m = Image::new();
+        let hash = 0x21;
+        // Wrong type.
+        let bad = m.alloc(&[1, 0x9999, 0, 0, 0]);
+        assert_eq!(
+            hamt_find(&m.mem, &TYPES, bad, 1, hash),
+            Err(ContextError::Invalid)
+        );
+        // Size disagreeing with the bitmap.
+        let lying = m.alloc(&[1, TYPES.bitmap, 6, 1 << idx(hash, 0), 0, 0]);
+        assert_eq!(
+            hamt_find(&m.mem, &TYPES, lying, 1, hash),
+            Err(ContextError::Invalid)
+        );
+        // A sub-node pointing at itself: bounded by the depth cap.
+        let a = m.array(&[]);
+        for i in 0..32 {
+            m.mem.write_u64(a + 16 + i * 8, a);
+        }
+        assert_eq!(
+            hamt_find(&m.mem, &TYPES, a, 1, hash),
+            Err(ContextError::TooDeep)
+        );
+        // Unmapped child.
+        let dangling = m.array(&[(idx(hash, 0), 0xdead_0000)]);
+        assert!(matches!(
+            hamt_find(&m.mem, &TYPES, dangling, 1, hash),
+            Err(ContextError::Read(_))
+        ));
+        // Oversized collision node.
+        let huge = m.alloc(&[1, TYPES.collision, 1000, hash as u64]);
+        assert_eq!(
+            hamt_find(&m.mem, &TYPES, huge, 1, hash),
+            Err(ContextError::Invalid)
+        );
+    }
+
+    #[test]
+    fn resolves_span_and_task_from_a_thread_context() {
+        let mut m = Image::new();
+        let version = PythonVersion::new(3, 12);
+        let off = tstate_context(version).unwrap();
+        let span_var = SlotVar {
+            var: 0x5000,
+            hash: 0x1111_2222_3333_4444,
+            value_type: SLOT_TYPE,
+            data_offset: 16,
+        };
+        let task_var = SlotVar {
+            var: 0x6000,
+            hash: 77,
+            ..span_var
+        };
+        let active = ActiveSpan {
+            ctx: SpanContext {
+                trace_id: TraceId::from_u128(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10).unwrap(),
+                span_id: SpanId::from_u64(0xaa).unwrap(),
+                local_root_span_id: SpanId::from_u64(0xbb).unwrap(),
+            },
+            route: LabelId(5),
+        };
+        let slot = m.slot(SlotData::span(&active));
+        let tag = m.slot(SlotData::task(1));
+        let (hs, ht) = (hamt_hash(span_var.hash), hamt_hash(task_var.hash));
+        assert_ne!(idx(hs, 0), idx(ht, 0));
+        let root = m.bitmap(&[
+            (idx(hs, 0), span_var.var, slot),
+            (idx(ht, 0), task_var.var, tag),
+        ]);
+        let hamt = m.alloc(&[1, TYPES.hamt, root, 0, 2]);
+        let ctx = m.alloc(&[1, TYPES.context, 0, hamt, 0, 0]);
+        let mut tstate = vec![0u64; off / 8 + 2];
+        tstate[off / 8] = ctx;
+        let ts = m.alloc(&tstate);
+        let mut no_ctx = vec![0u64; off / 8 + 2];
+        no_ctx[0] = 1;
+        let ts_empty = m.alloc(&no_ctx);
+
+        let mut r = ContextReader::new(version);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown); // not configured
+        r.target = Some(ContextTarget {
+            types: TYPES,
+            span: span_var,
+            task: task_var,
+        });
+        let id = r.names.intern("handler");
+        assert_eq!(id, 1);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Known(Some(active)));
+        assert_eq!(r.task_name(), Some("handler"));
+        assert_eq!(r.resolve(&m.mem, ts_empty), ContextSpan::Known(None));
+        assert_eq!(r.task_name(), None);
+        // A value of another type (None, after a detach) means no span.
+        m.mem.write_u64(slot + 8, 0x1234);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Known(None));
+        // Right type, wrong magic: garbage, counted, registry fallback.
+        m.mem.write_u64(slot + 8, SLOT_TYPE);
+        m.mem.write_u64(slot + 16, 0);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown);
+        // A context of the wrong type.
+        m.mem.write_u64(ctx + 8, 0x4321);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown);
+        let s = r.counters.snapshot();
+        assert_eq!(
+            (s.lookups, s.spans, s.no_span, s.tasks, s.invalid),
+            (5, 1, 2, 2, 2)
+        );
+    }
+
+    #[test]
+    fn task_names_are_capped() {
+        let names = TaskNames::default();
+        for i in 0..MAX_TASK_NAMES {
+            assert_eq!(names.intern(&format!("t{i}")), i as u32 + 1);
+        }
+        assert_eq!(names.intern("t0"), 1);
+        assert_eq!(names.intern("one-too-many"), 0);
+        let mut buf = NameBuf::new();
+        names.lookup(0, &mut buf);
+        assert_eq!(buf.as_str(), OTHER_TASK);
+        names.lookup(2, &mut buf);
+        assert_eq!(buf.as_str(), "t1");
+    }
+}
