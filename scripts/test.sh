@@ -63,7 +63,6 @@ if [[ -z "${SKIP_PYTHON:-}" ]]; then
     done_stage
 fi
 
-printf '\nsuite: %d passed, 0 failed\n' "$stages"
 
 # ---- fuzz smoke (issue 9, reliability) --------------------------------------------------------
 # Builds every cargo-fuzz target in fuzz/ and runs each for FUZZ_SECONDS (default 10) seconds;
@@ -71,5 +70,7 @@ printf '\nsuite: %d passed, 0 failed\n' "$stages"
 if [[ -z "${SKIP_FUZZ:-}" ]]; then
     step "fuzz smoke (each target ${FUZZ_SECONDS:-10} s)"
     scripts/fuzz-smoke.sh
-    printf '\nfuzz smoke passed\n'
+    done_stage
 fi
+
+printf '\nsuite: %d passed, 0 failed\n' "$stages"
