@@ -32,6 +32,18 @@ if ((${#need_apt[@]})); then
     fi
 fi
 
+# py-spy is the independent oracle of the CPython walker's Rust tests (walker_real.rs).
+if [[ -z "${PY_SPY:-}" ]]; then
+    tools="$ROOT/target/venvs/tools"
+    if [[ ! -x "$tools/bin/py-spy" ]]; then
+        step "installing py-spy into $tools"
+        py="$(ls -d "${PYENV_ROOT:-/root/.pyenv}"/versions/3.1[1-3].*/bin/python 2>/dev/null | head -1)"
+        "${py:-python3}" -m venv "$tools"
+        "$tools/bin/python" -m pip install --quiet --disable-pip-version-check py-spy
+    fi
+    export PY_SPY="$tools/bin/py-spy"
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 done_stage
