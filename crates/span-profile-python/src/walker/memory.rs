@@ -69,6 +69,23 @@ pub trait MemoryReader {
     ) -> (Result<(), ReadError>, Result<(), ReadError>) {
         (self.read(a, abuf), self.read(b, bbuf))
     }
+
+    /// Reads `len` bytes at each of `addrs` into consecutive `len`-byte slots of `out`
+    /// (`out[i * len..][..len]`) and sets `ok[i]` to whether read `i` succeeded. Entries past
+    /// `out.len() / len` or `ok.len()` are not read. Readers that can batch (one syscall for
+    /// many) override this.
+    fn read_scatter(&self, addrs: &[u64], len: usize, out: &mut [u8], ok: &mut [bool]) {
+        if len == 0 {
+            return;
+        }
+        for ((&a, slot), flag) in addrs
+            .iter()
+            .zip(out.chunks_exact_mut(len))
+            .zip(ok.iter_mut())
+        {
+            *flag = self.read(a, slot).is_ok();
+        }
+    }
 }
 
 impl<R: MemoryReader + ?Sized> MemoryReader for &R {
@@ -84,7 +101,14 @@ impl<R: MemoryReader + ?Sized> MemoryReader for &R {
     ) -> (Result<(), ReadError>, Result<(), ReadError>) {
         (**self).read_pair(a, abuf, b, bbuf)
     }
+    fn read_scatter(&self, addrs: &[u64], len: usize, out: &mut [u8], ok: &mut [bool]) {
+        (**self).read_scatter(addrs, len, out, ok)
+    }
 }
+
+/// Most iovecs passed to one `process_vm_readv` by [`MemoryReader::read_scatter`] (the kernel
+/// accepts up to `IOV_MAX` = 1024; the arrays live on the sampler's stack).
+const SCATTER_BATCH: usize = 64;
 
 /// Typed reads on top of any [`MemoryReader`] (little-endian x86_64 values).
 pub trait ReadExt: MemoryReader {
@@ -284,6 +308,78 @@ impl MemoryReader for ProcessVmReader {
         // its own precise result.
         (self.raw_read(a, abuf), self.raw_read(b, bbuf))
     }
+
+    fn read_scatter(&self, addrs: &[u64], len: usize, out: &mut [u8], ok: &mut [bool]) {
+        if len == 0 || len > MAX_READ {
+            ok.iter_mut().for_each(|f| *f = false);
+            return;
+        }
+        let n = addrs.len().min(ok.len()).min(out.len() / len);
+        let mut start = 0;
+        while start < n {
+            let end = (start + SCATTER_BATCH).min(n);
+            let count = end - start;
+            let empty = libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            };
+            let mut local = [empty; SCATTER_BATCH];
+            let mut remote = [empty; SCATTER_BATCH];
+            let slots = out
+                .get_mut(start * len..end * len)
+                .unwrap_or_default()
+                .chunks_exact_mut(len);
+            for ((slot, &a), (l, r)) in slots
+                .zip(addrs.get(start..end).unwrap_or_default())
+                .zip(local.iter_mut().zip(remote.iter_mut()))
+            {
+                *l = libc::iovec {
+                    iov_base: slot.as_mut_ptr().cast(),
+                    iov_len: len,
+                };
+                *r = libc::iovec {
+                    // A null address is sent as is: the kernel reports EFAULT for it.
+                    iov_base: a as usize as *mut libc::c_void,
+                    iov_len: len,
+                };
+            }
+            // SAFETY: (1) The first `count` local iovecs describe distinct `len`-byte chunks of
+            // `out`, exclusively borrowed for the call; `count <= SCATTER_BATCH`, the arrays'
+            // length. (2) Remote iovecs are only addresses for the kernel to copy from;
+            // unmapped ranges end the transfer (a short count or EFAULT), never a fault here.
+            let got = unsafe {
+                libc::process_vm_readv(
+                    self.pid,
+                    local.as_ptr(),
+                    count as libc::c_ulong,
+                    remote.as_ptr(),
+                    count as libc::c_ulong,
+                    0,
+                )
+            };
+            // The kernel copies iovecs in order and stops at the first fault: every whole slot
+            // before that point is good; the faulting one is retried alone (it may be only
+            // partly unmapped) and the batch resumes after it.
+            let whole = usize::try_from(got).map_or(0, |g| g / len).min(count);
+            for f in ok.get_mut(start..start + whole).unwrap_or_default() {
+                *f = true;
+            }
+            start += whole;
+            if whole < count {
+                let ok_one = match (
+                    addrs.get(start),
+                    out.get_mut(start * len..(start + 1) * len),
+                ) {
+                    (Some(&a), Some(slot)) => self.read(a, slot).is_ok(),
+                    _ => false,
+                };
+                if let Some(f) = ok.get_mut(start) {
+                    *f = ok_one;
+                }
+                start += 1;
+            }
+        }
+    }
 }
 
 /// A sparse, in-memory address space for tests and fuzzing: regions of bytes at addresses.
@@ -362,6 +458,40 @@ mod tests {
         let (ra, rb) = r.read_pair(16, &mut x, a, &mut y);
         assert!(ra.is_err());
         assert!(rb.is_ok());
+    }
+
+    #[test]
+    fn scatter_reads_batch_and_isolate_faults() {
+        let r = ProcessVmReader::new().expect("process_vm_readv allowed in tests");
+        let v: Vec<u64> = (0..200).collect();
+        let base = v.as_ptr() as u64;
+        // 150 addresses (three batches), with unmapped ones in the middle and at a boundary.
+        let mut addrs: Vec<u64> = (0..150).map(|i| base + 8 * i).collect();
+        addrs[5] = 16;
+        addrs[64] = 0;
+        addrs[149] = 24;
+        let mut out = vec![0u8; 150 * 8];
+        let mut ok = vec![false; 150];
+        r.read_scatter(&addrs, 8, &mut out, &mut ok);
+        let fake = {
+            let mut m = FakeMemory::new();
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            m.insert(base, bytes);
+            m
+        };
+        let mut out2 = vec![0u8; 150 * 8];
+        let mut ok2 = vec![false; 150];
+        fake.read_scatter(&addrs, 8, &mut out2, &mut ok2);
+        for i in 0..150 {
+            let bad = i == 5 || i == 64 || i == 149;
+            assert_eq!(ok[i], !bad, "slot {i}");
+            assert_eq!(ok2[i], !bad, "fake slot {i}");
+            if !bad {
+                let got = u64::from_le_bytes(out[i * 8..i * 8 + 8].try_into().unwrap());
+                assert_eq!(got, i as u64);
+                assert_eq!(&out[i * 8..i * 8 + 8], &out2[i * 8..i * 8 + 8]);
+            }
+        }
     }
 
     #[test]

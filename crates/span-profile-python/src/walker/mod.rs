@@ -11,12 +11,18 @@
 //!
 //! # Sampling-path contract
 //!
-//! Per tick and thread the walker copies the thread state, then each frame together with the
-//! header of its code object in one batched read. A code object seen for the first time has
-//! its names and line table copied into the walker's cache (the only allocations; warm-up);
-//! afterwards a frame costs that one read plus a line-table lookup in local memory. Threads
-//! (256), frames (128), interpreters (16), string lengths (1024 characters) and line tables
-//! (256 KiB) are capped. Every failed read or failed validation becomes
+//! Per tick the walker copies every thread state (a uniform random subset of at most 256 is
+//! walked when there are more, with weights scaled so totals stay unbiased). A thread whose CPU
+//! clock has not moved since its stack was last copied has not run, so its previous stack is
+//! reported again (off CPU) without reading frames. Otherwise, on 3.11+, the live part of the
+//! thread's data-stack chunk is copied in one read and the frames in it are walked from that
+//! copy; frames outside it (generators, coroutines, C-stack shims, 3.9/3.10 frame objects) are
+//! read one by one. The headers of all the stack's code objects are then read in one batched
+//! `process_vm_readv`. A code object seen for the first time has its names and line table
+//! copied into the walker's cache (the only allocations, with the per-thread stack buffers:
+//! warm-up); afterwards a frame costs a line-table lookup in local memory. Threads (256),
+//! frames (128), interpreters (16), string lengths (1024 characters), line tables (256 KiB)
+//! and the data-stack copy (64 KiB) are capped. Every failed read or failed validation becomes
 //! [`span_profile_core::WalkError::InvalidRead`] and a counter, never a panic.
 //!
 //! A [`ProcessVmReader`] is bound to the pid it was created in: after `fork`, the child must

@@ -358,3 +358,110 @@ fn walker_is_a_core_stack_walker() {
     assert_walker::<PythonWalker<super::ProcessVmReader>>();
     assert_walker::<PythonWalker<FakeMemory>>();
 }
+
+/// Sums the weights of the samples of each thread.
+#[derive(Default)]
+struct WeightSink {
+    by_thread: std::collections::BTreeMap<u64, u64>,
+    skipped: usize,
+}
+
+impl span_profile_core::StackSink for WeightSink {
+    fn sample(&mut self, s: &span_profile_core::RawSample<'_>) {
+        *self.by_thread.entry(s.key.thread).or_default() += u64::from(s.weight);
+    }
+    fn error(&mut self, e: WalkError) {
+        assert_eq!(e, WalkError::Skipped);
+        self.skipped += 1;
+    }
+}
+
+#[test]
+fn thread_cap_weights_are_unbiased() {
+    let mut b = ImageBuilder::new(PythonVersion::new(3, 11)).unwrap();
+    for t in 1..=7 {
+        let leaf = b.stack(&three());
+        b.thread(t, 0, leaf);
+    }
+    let mut w = walker(&b, config().with_max_threads(3));
+    let mut sink = WeightSink::default();
+    let ticks = 6000u64;
+    for _ in 0..ticks {
+        w.walk(&mut sink);
+    }
+    assert_eq!(sink.skipped as u64, 4 * ticks);
+    // Each thread stands for itself once per tick on average (weights 2 or 3 for 7/3).
+    for t in 1..=7u64 {
+        let per_tick = *sink.by_thread.get(&t).unwrap_or(&0) as f64 / ticks as f64;
+        assert!((per_tick - 1.0).abs() < 0.08, "thread {t}: {per_tick}");
+    }
+    let total: u64 = sink.by_thread.values().sum();
+    assert!((total as f64 / ticks as f64 - 7.0).abs() < 0.1);
+}
+
+#[test]
+fn datastack_copy_replaces_frame_reads() {
+    use super::memory::{MemoryReader, ReadExt};
+    for minor in 11..=13 {
+        let v = PythonVersion::new(3, minor);
+        let mut b = ImageBuilder::new(v).unwrap();
+        let frames: Vec<FakeFrame> = (0..30)
+            .map(|i| FakeFrame::new(&format!("f{i}"), "/app/deep.py", 10 * i + 1, 10 * i + 3))
+            .collect();
+        let leaf = b.stack(&frames);
+        let tstate = b.thread(1, 0, leaf);
+        let (prev_off, fsize) = match minor {
+            11 => (48u64, 72u64),
+            _ => (8, 72),
+        };
+        // Gather the frames into one chunk that spans them, as CPython's data stack holds them.
+        let mut addrs = vec![leaf];
+        while let Ok(p) = b.mem.read_u64(addrs[addrs.len() - 1] + prev_off) {
+            if p == 0 {
+                break;
+            }
+            addrs.push(p);
+        }
+        let lo = *addrs.iter().min().unwrap();
+        let hi = *addrs.iter().max().unwrap() + fsize;
+        let chunk = lo - 24;
+        let mut bytes = vec![0u8; (hi - chunk) as usize];
+        let mut copied = 0;
+        for &a in &addrs {
+            let mut f = vec![0u8; fsize as usize];
+            b.mem.read(a, &mut f).unwrap();
+            let off = (a - chunk) as usize;
+            bytes[off..off + fsize as usize].copy_from_slice(&f);
+            copied += 1;
+        }
+        bytes[8..16].copy_from_slice(&(hi - chunk + 4096).to_le_bytes()); // size
+        b.mem.insert(chunk, bytes);
+        let (c_off, t_off) = if minor == 11 { (296, 304) } else { (232, 240) };
+        b.mem.write_u64(tstate + c_off, chunk);
+        b.mem.write_u64(tstate + t_off, hi);
+        let mut w = walker(&b, config());
+        let c = walk_once(&mut w);
+        assert_eq!(c.samples.len(), 1, "{v}");
+        assert_eq!(c.samples[0].frames.len(), 30, "{v}");
+        let names: Vec<String> = c.samples[0]
+            .frames
+            .iter()
+            .map(|&f| w.symbolize(f).function.to_string())
+            .collect();
+        assert_eq!(names[0], expected_name(v, "f29"), "{v}");
+        let s = w.counters().snapshot();
+        assert_eq!(
+            (s.stack_copies, s.frame_reads),
+            (1, 0),
+            "{v}: {copied} frames"
+        );
+        // A `top` beyond the chunk's size is refused and the frames are read one by one.
+        b.mem.write_u64(chunk + 8, 32);
+        let mut w = walker(&b, config());
+        let c = walk_once(&mut w);
+        assert_eq!(c.samples[0].frames.len(), 30, "{v}");
+        let s = w.counters().snapshot();
+        assert_eq!(s.stack_copies, 0, "{v}");
+        assert!(s.frame_reads >= 30, "{v}");
+    }
+}

@@ -5,6 +5,11 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
+use std::hash::BuildHasherDefault;
+
+use span_profile_core::RawFrame;
+
+use super::code::AddrHasher;
 use super::memory::{MemoryReader, ReadError};
 
 /// Longest thread name kept (bytes, cut at a character boundary).
@@ -270,6 +275,119 @@ impl CpuTracker {
     }
 }
 
+/// One thread's last walked stack, kept so a thread that has not run since can be reported
+/// again without reading its frames.
+#[derive(Debug)]
+pub(crate) struct CachedStack {
+    pub(crate) thread_id: u64,
+    /// The thread-state address and OS tid it was captured under (a new thread reusing the
+    /// `pthread_t` has a new tid, so it never matches a stale entry).
+    pub(crate) tstate: u64,
+    pub(crate) tid: u32,
+    /// The thread's CPU clock read before its frames were copied.
+    pub(crate) cpu_ns: u64,
+    pub(crate) frames: Vec<RawFrame>,
+    pub(crate) truncated: bool,
+    /// The tick this entry was last used in (for eviction).
+    pub(crate) last_used: u64,
+}
+
+/// Per-thread stacks of the previous walks in fixed buffers: `cap` entries of `depth` frames,
+/// each created once on a thread's first walk and reused by later threads when evicted, so the
+/// steady state allocates nothing.
+#[derive(Debug)]
+pub(crate) struct StackCache {
+    entries: Vec<CachedStack>,
+    by_thread: HashMap<u64, usize, BuildHasherDefault<AddrHasher>>,
+    cap: usize,
+    depth: usize,
+}
+
+impl StackCache {
+    pub(crate) fn new(cap: usize, depth: usize) -> Self {
+        Self {
+            entries: Vec::with_capacity(cap),
+            by_thread: HashMap::with_capacity_and_hasher(cap, Default::default()),
+            cap,
+            depth,
+        }
+    }
+
+    /// The cached stack of `thread_id` if it was captured under the same thread state and tid
+    /// at exactly `cpu_ns` of CPU time, i.e. the thread has not run since.
+    pub(crate) fn unchanged(
+        &mut self,
+        thread_id: u64,
+        tstate: u64,
+        tid: u32,
+        cpu_ns: u64,
+        tick: u64,
+    ) -> Option<&CachedStack> {
+        let &i = self.by_thread.get(&thread_id)?;
+        let e = self.entries.get_mut(i)?;
+        if e.tstate != tstate || e.tid != tid || e.cpu_ns != cpu_ns || tid == 0 {
+            return None;
+        }
+        e.last_used = tick;
+        Some(e)
+    }
+
+    /// Stores `frames` as the stack of `thread_id`, evicting the least recently used entry
+    /// when full.
+    pub(crate) fn store(
+        &mut self,
+        key: (u64, u64, u32, u64),
+        frames: &[RawFrame],
+        truncated: bool,
+        tick: u64,
+    ) {
+        let (thread_id, tstate, tid, cpu_ns) = key;
+        let i = match self.by_thread.get(&thread_id) {
+            Some(&i) => i,
+            None if self.entries.len() < self.cap => {
+                self.entries.push(CachedStack {
+                    thread_id,
+                    tstate,
+                    tid,
+                    cpu_ns,
+                    frames: Vec::with_capacity(self.depth),
+                    truncated,
+                    last_used: tick,
+                });
+                let i = self.entries.len() - 1;
+                self.by_thread.insert(thread_id, i);
+                i
+            }
+            None => {
+                let Some((i, old)) = self
+                    .entries
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, e)| e.last_used)
+                    .map(|(i, e)| (i, e.thread_id))
+                else {
+                    return;
+                };
+                self.by_thread.remove(&old);
+                self.by_thread.insert(thread_id, i);
+                i
+            }
+        };
+        if let Some(e) = self.entries.get_mut(i) {
+            e.thread_id = thread_id;
+            e.tstate = tstate;
+            e.tid = tid;
+            e.cpu_ns = cpu_ns;
+            e.truncated = truncated;
+            e.last_used = tick;
+            e.frames.clear();
+            let n = frames.len().min(self.depth);
+            e.frames
+                .extend_from_slice(frames.get(..n).unwrap_or_default());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,6 +422,27 @@ mod tests {
         assert!(!t.observe(2, 10));
         assert!(!t.observe(3, 50));
         t.end_tick();
+    }
+
+    #[test]
+    fn stack_cache_reuses_only_unchanged_threads() {
+        let f = |id| RawFrame { id, line: 1 };
+        let mut c = StackCache::new(2, 4);
+        assert!(c.unchanged(1, 10, 100, 5, 0).is_none());
+        c.store((1, 10, 100, 5), &[f(1), f(2)], false, 0);
+        assert_eq!(
+            c.unchanged(1, 10, 100, 5, 1).map(|e| e.frames.len()),
+            Some(2)
+        );
+        assert!(c.unchanged(1, 10, 100, 6, 1).is_none()); // ran since
+        assert!(c.unchanged(1, 11, 100, 5, 1).is_none()); // other thread state
+        assert!(c.unchanged(1, 10, 101, 5, 1).is_none()); // other OS thread
+        c.store((2, 20, 200, 1), &[f(3)], false, 2);
+        c.store((3, 30, 300, 1), &[f(4); 9], true, 3); // evicts 1 (least recently used)
+        assert!(c.unchanged(1, 10, 100, 5, 4).is_none());
+        let e = c.unchanged(3, 30, 300, 1, 4).unwrap();
+        assert_eq!((e.frames.len(), e.truncated), (4, true));
+        assert!(c.unchanged(2, 20, 200, 1, 4).is_some());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ProcessVmReade
 use super::objects::{type_matches, ObjectError, TypeAddresses};
 use super::threads::{
     cpu_time_ns, tid_from_pthread, verify_pthread_tid_offset, CpuTimeSource, CpuTracker, NameBuf,
-    ThreadRegistry,
+    StackCache, ThreadRegistry,
 };
 
 /// Where the interpreter lives: what the caller must supply.
@@ -116,7 +116,9 @@ impl From<LayoutError> for SetupError {
 pub struct WalkerConfig {
     /// Frames per stack; deeper stacks are cut (outer frames dropped) and marked truncated.
     pub max_depth: usize,
-    /// Threads walked per tick; the rest are reported as skipped.
+    /// Threads walked per tick. Beyond it a uniform random subset (reservoir sampling) is
+    /// walked, the rest are reported as skipped, and the walked samples' weights are scaled by
+    /// threads seen / threads walked (randomly rounded to an integer) so totals stay unbiased.
     pub max_threads: usize,
     /// Interpreters followed per tick.
     pub max_interpreters: usize,
@@ -190,6 +192,9 @@ pub struct WalkerCounters {
     code_misses: AtomicU64,
     code_replaced: AtomicU64,
     code_cache_full: AtomicU64,
+    reused_stacks: AtomicU64,
+    stack_copies: AtomicU64,
+    frame_reads: AtomicU64,
 }
 
 /// A snapshot of [`WalkerCounters`].
@@ -220,6 +225,14 @@ pub struct WalkerStats {
     pub code_replaced: u64,
     /// Frames reported as `<unknown>` because the code cache was full.
     pub code_cache_full: u64,
+    /// Samples of threads that had not run since their stack was copied, reported from the
+    /// walker's copy without reading frames (always off CPU).
+    pub reused_stacks: u64,
+    /// Thread frame stacks (3.11+ data stack chunks) copied in one read.
+    pub stack_copies: u64,
+    /// Frames read one by one (3.9/3.10 frame objects; on 3.11+ frames outside the copied data
+    /// stack: generators, coroutines, C-stack shims).
+    pub frame_reads: u64,
 }
 
 impl WalkerCounters {
@@ -239,6 +252,9 @@ impl WalkerCounters {
             code_misses: g(&self.code_misses),
             code_replaced: g(&self.code_replaced),
             code_cache_full: g(&self.code_cache_full),
+            reused_stacks: g(&self.reused_stacks),
+            stack_copies: g(&self.stack_copies),
+            frame_reads: g(&self.frame_reads),
         }
     }
 }
@@ -249,10 +265,61 @@ fn bump(c: &AtomicU64, n: u64) {
     }
 }
 
-/// How many skipped threads are counted one by one past the cap (each costs a read).
+/// Most threads listed per interpreter list walk (the reservoir draws from these); threads past
+/// it are neither walked nor counted.
+const MAX_LISTED: usize = 8192;
+/// How many skipped threads are reported one by one past the cap.
 const MAX_SKIPPED_COUNTED: usize = 1024;
-/// Largest struct copy (thread state, frame, code header).
+/// Largest struct copy (frame, code header).
 const BUF: usize = 256;
+/// Largest thread-state copy (3.11's data-stack fields end at 312).
+const TSTATE_BUF: usize = 512;
+/// Most bytes of a thread's live data stack copied per walk (the innermost frames; frames below
+/// are read one by one).
+const STACK_COPY: usize = 64 * 1024;
+/// `sizeof(_PyStackChunk)` header before `data[]`: previous, size, top.
+const CHUNK_HEADER: u64 = 24;
+/// `_PyStackChunk.size` (bytes, header included).
+const CHUNK_SIZE: usize = 8;
+
+/// One thread found in the thread list this tick.
+#[derive(Debug, Clone, Copy, Default)]
+struct ThreadRef {
+    tstate: u64,
+    thread_id: u64,
+    native: u64,
+    frame_field: u64,
+    /// `datastack_chunk` / `datastack_top` (3.11+; 0 otherwise).
+    chunk: u64,
+    top: u64,
+}
+
+/// One frame collected before its code object is resolved.
+#[derive(Debug, Clone, Copy, Default)]
+struct FrameSlot {
+    code: u64,
+    lasti: i64,
+    line: Option<u32>,
+}
+
+/// xorshift64*: the reservoir's and the weights' randomness (no allocation, no syscalls).
+#[derive(Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in `0..n` (n > 0; the modulo bias is below 2^-40 for the counts used here).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
 
 /// Why one thread's walk stopped early.
 enum ThreadFailure {
@@ -289,6 +356,19 @@ pub struct PythonWalker<R> {
     name: NameBuf,
     /// The running context's span and task (`super::context`).
     pub(crate) ctx: ContextReader,
+    /// Threads chosen for this tick (reservoir, `max_threads` long at most).
+    chosen: Vec<ThreadRef>,
+    /// Frames of the thread being walked, before their code objects are resolved.
+    slots: Vec<FrameSlot>,
+    /// Code-object addresses, header copies and read results of those frames (batched read).
+    code_addrs: Vec<u64>,
+    code_bufs: Vec<u8>,
+    code_ok: Vec<bool>,
+    /// The copy of the walked thread's live data stack.
+    stack_buf: Vec<u8>,
+    stacks: StackCache,
+    rng: Rng,
+    tick: u64,
 }
 
 impl PythonWalker<ProcessVmReader> {
@@ -348,6 +428,24 @@ impl<R: MemoryReader> PythonWalker<R> {
             frames: Vec::with_capacity(config.max_depth),
             name: NameBuf::new(),
             ctx: ContextReader::new(layout.version),
+            chosen: Vec::with_capacity(config.max_threads),
+            slots: Vec::with_capacity(config.max_depth),
+            code_addrs: Vec::with_capacity(config.max_depth),
+            code_bufs: vec![
+                0;
+                config
+                    .max_depth
+                    .saturating_mul(layout.code_read_size().min(BUF))
+            ],
+            code_ok: vec![false; config.max_depth],
+            stack_buf: if layout.tstate_datastack.is_some() {
+                vec![0; STACK_COPY]
+            } else {
+                Vec::new()
+            },
+            stacks: StackCache::new(config.max_threads.saturating_mul(2), config.max_depth),
+            rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (target.runtime | 1)),
+            tick: 0,
             config,
         })
     }
@@ -387,7 +485,41 @@ impl<R: MemoryReader> PythonWalker<R> {
     }
 
     fn walk_all(&mut self, sink: &mut dyn StackSink) {
+        let listed = self.list_threads();
+        let (seen, failure) = match listed {
+            Ok(seen) => (seen, None),
+            Err((seen, f)) => (seen, Some(f)),
+        };
+        let k = self.chosen.len();
+        let skipped = seen.saturating_sub(k);
+        for _ in 0..skipped.min(MAX_SKIPPED_COUNTED) {
+            bump(&self.counters.skipped_threads, 1);
+            sink.error(WalkError::Skipped);
+        }
+        // Each walked thread stands for seen / k threads; the fraction is rounded at random so
+        // the expected weight is exact.
+        let (base, rem) = match k {
+            0 => (1, 0),
+            _ => (seen / k, (seen % k) as u64),
+        };
+        for i in 0..k {
+            let Some(&t) = self.chosen.get(i) else { break };
+            let extra = rem != 0 && self.rng.below(k as u64) < rem;
+            let weight = u32::try_from(base + usize::from(extra)).unwrap_or(u32::MAX);
+            self.walk_thread(sink, t, weight);
+        }
+        if let Some(f) = failure {
+            self.fail(sink, f);
+        }
+    }
+
+    /// Reads every thread state of every interpreter (bounded) and keeps a uniform sample of
+    /// `max_threads` of them in `self.chosen` (reservoir sampling, Algorithm R). Returns how
+    /// many threads were seen, and the failure that stopped the listing early, if any.
+    fn list_threads(&mut self) -> Result<usize, (usize, ThreadFailure)> {
         let l = self.layout;
+        self.chosen.clear();
+        let mut seen = 0usize;
         let mut interp = if self.target.interpreter != 0 {
             self.target.interpreter
         } else {
@@ -397,11 +529,11 @@ impl<R: MemoryReader> PythonWalker<R> {
                 &mut b,
             ) {
                 Ok(()) => u64::from_le_bytes(b),
-                Err(_) => return self.fail(sink, ThreadFailure::Invalid),
+                Err(_) => return Err((seen, ThreadFailure::Invalid)),
             }
         };
-        let mut walked = 0usize;
-        let mut tbuf = [0u8; BUF];
+        let mut tbuf = [0u8; TSTATE_BUF];
+        let cap = self.config.max_threads.max(1);
         for _ in 0..self.config.max_interpreters {
             if interp == 0 {
                 break;
@@ -412,31 +544,45 @@ impl<R: MemoryReader> PythonWalker<R> {
                 .read(interp + l.interp_threads_head as u64, &mut b)
                 .is_err()
             {
-                return self.fail(sink, ThreadFailure::Invalid);
+                return Err((seen, ThreadFailure::Invalid));
             }
             let mut tstate = u64::from_le_bytes(b);
             let mut prev_tstate = 0u64;
             while tstate != 0 {
-                if walked >= self.config.max_threads {
-                    self.count_skipped(sink, tstate);
-                    return;
+                if seen >= MAX_LISTED {
+                    return Ok(seen);
                 }
                 let tb = tbuf.get_mut(..l.tstate_read_size()).unwrap_or_default();
                 if self.reader.read(tstate, tb).is_err() {
-                    return self.fail(sink, ThreadFailure::Invalid);
+                    return Err((seen, ThreadFailure::Invalid));
                 }
                 if field_u64(tb, l.tstate_interp) != interp {
                     // Torn list or a wrong offset: do not follow `next` from garbage.
-                    return self.fail(sink, ThreadFailure::Invalid);
+                    return Err((seen, ThreadFailure::Invalid));
                 }
-                walked += 1;
+                let (chunk, top) = l
+                    .tstate_datastack
+                    .map_or((0, 0), |(c, t)| (field_u64(tb, c), field_u64(tb, t)));
+                let t = ThreadRef {
+                    tstate,
+                    thread_id: field_u64(tb, l.tstate_thread_id),
+                    native: l.tstate_native_thread_id.map_or(0, |o| field_u64(tb, o)),
+                    frame_field: field_u64(tb, l.tstate_frame),
+                    chunk,
+                    top,
+                };
                 let next = field_u64(tb, l.tstate_next);
-                let thread_id = field_u64(tb, l.tstate_thread_id);
-                let frame_field = field_u64(tb, l.tstate_frame);
-                let native = l.tstate_native_thread_id.map_or(0, |o| field_u64(tb, o));
-                self.walk_thread(sink, tstate, thread_id, native, frame_field);
+                seen += 1;
+                if self.chosen.len() < cap {
+                    self.chosen.push(t);
+                } else {
+                    let j = self.rng.below(seen as u64) as usize;
+                    if let Some(slot) = self.chosen.get_mut(j) {
+                        *slot = t;
+                    }
+                }
                 if next != 0 && (next == tstate || next == prev_tstate) {
-                    return self.fail(sink, ThreadFailure::Cycle);
+                    return Err((seen, ThreadFailure::Cycle));
                 }
                 prev_tstate = tstate;
                 tstate = next;
@@ -446,38 +592,48 @@ impl<R: MemoryReader> PythonWalker<R> {
             }
             match self.reader.read(interp + l.interp_next as u64, &mut b) {
                 Ok(()) => interp = u64::from_le_bytes(b),
-                Err(_) => return self.fail(sink, ThreadFailure::Invalid),
+                Err(_) => return Err((seen, ThreadFailure::Invalid)),
             }
         }
+        Ok(seen)
     }
 
-    /// Reports every thread from `tstate` on as skipped (up to a bound).
-    fn count_skipped(&mut self, sink: &mut dyn StackSink, mut tstate: u64) {
-        let next_off = self.layout.tstate_next as u64;
-        for _ in 0..MAX_SKIPPED_COUNTED {
-            if tstate == 0 {
-                break;
-            }
-            bump(&self.counters.skipped_threads, 1);
-            sink.error(WalkError::Skipped);
-            let mut b = [0u8; 8];
-            match self.reader.read(tstate + next_off, &mut b) {
-                Ok(()) if u64::from_le_bytes(b) != tstate => tstate = u64::from_le_bytes(b),
-                _ => break,
-            }
-        }
-    }
-
-    fn walk_thread(
-        &mut self,
-        sink: &mut dyn StackSink,
-        tstate: u64,
-        thread_id: u64,
-        native: u64,
-        frame_field: u64,
-    ) {
+    fn walk_thread(&mut self, sink: &mut dyn StackSink, t: ThreadRef, weight: u32) {
         let l = self.layout;
-        let mut frame = frame_field;
+        let registered_native = self.registry.lookup(t.thread_id, &mut self.name);
+        // The CPU clock is read before the frames: if the thread runs while they are copied,
+        // the next tick sees the clock advanced and copies them again.
+        let tid = self.tid_of(t.thread_id, t.native, registered_native);
+        let cpu_ns = tid.and_then(|tid| cpu_time_ns(self.config.cpu_time, tid));
+        let on_cpu = cpu_ns.is_some_and(|ns| self.cpu.observe(t.thread_id, ns));
+        if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
+            // A thread whose CPU clock has not moved since its stack was copied has not run, so
+            // its Python stack is the same: report the copy without reading frames.
+            if let Some(e) = self
+                .stacks
+                .unchanged(t.thread_id, t.tstate, tid, ns, self.tick)
+            {
+                bump(&self.counters.reused_stacks, 1);
+                bump(&self.counters.samples, 1);
+                bump(&self.counters.frames, e.frames.len() as u64);
+                if e.truncated {
+                    bump(&self.counters.truncated, 1);
+                }
+                let sample = RawSample {
+                    key: ExecutionKey::thread(t.thread_id),
+                    frames: &e.frames,
+                    truncated: e.truncated,
+                    on_cpu: false,
+                    thread_name: self.name.as_str(),
+                    task_name: None,
+                    span: None,
+                    weight,
+                };
+                self.ctx.emit(&self.reader, t.tstate, sink, sample);
+                return;
+            }
+        }
+        let mut frame = t.frame_field;
         if let Some(off) = l.cframe_current_frame {
             if frame != 0 {
                 let mut b = [0u8; 8];
@@ -491,7 +647,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             bump(&self.counters.idle_threads, 1);
             return;
         }
-        let truncated = match self.walk_frames(frame) {
+        let truncated = match self.walk_frames(frame, t.chunk, t.top) {
             Ok(t) => t,
             Err(f) => return self.fail(sink, f),
         };
@@ -499,64 +655,92 @@ impl<R: MemoryReader> PythonWalker<R> {
             bump(&self.counters.idle_threads, 1);
             return;
         }
-        let registered_native = self.registry.lookup(thread_id, &mut self.name);
-        let on_cpu = self.on_cpu(thread_id, native, registered_native);
+        if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
+            self.stacks.store(
+                (t.thread_id, t.tstate, tid, ns),
+                &self.frames,
+                truncated,
+                self.tick,
+            );
+        }
         bump(&self.counters.samples, 1);
         bump(&self.counters.frames, self.frames.len() as u64);
         if truncated {
             bump(&self.counters.truncated, 1);
         }
         let sample = RawSample {
-            key: ExecutionKey::thread(thread_id),
+            key: ExecutionKey::thread(t.thread_id),
             frames: &self.frames,
             truncated,
             on_cpu,
             thread_name: self.name.as_str(),
             task_name: None,
             span: None,
-            weight: 1,
+            weight,
         };
-        self.ctx.emit(&self.reader, tstate, sink, sample);
+        self.ctx.emit(&self.reader, t.tstate, sink, sample);
     }
 
-    fn on_cpu(&mut self, thread_id: u64, native: u64, registered: u32) -> bool {
+    /// The OS tid of a thread, from its thread state (3.11+), the registry, or its pthread.
+    fn tid_of(&self, thread_id: u64, native: u64, registered: u32) -> Option<u32> {
         if self.config.cpu_time == CpuTimeSource::Disabled {
-            return false;
+            return None;
         }
-        let tid = match u32::try_from(native) {
-            Ok(t) if t != 0 => t,
-            _ if registered != 0 => registered,
-            _ if self.pthread_tid_ok => match tid_from_pthread(&self.reader, thread_id) {
-                Ok(t) => t,
-                Err(_) => return false,
-            },
-            _ => return false,
+        match u32::try_from(native) {
+            Ok(t) if t != 0 => Some(t),
+            _ if registered != 0 => Some(registered),
+            _ if self.pthread_tid_ok => tid_from_pthread(&self.reader, thread_id).ok(),
+            _ => None,
+        }
+    }
+
+    /// Copies the live part of a thread's current data-stack chunk (3.11+) into
+    /// `self.stack_buf` in one read. Returns the remote address the copy starts at and its
+    /// length, or `None` (no chunk, implausible pointers, or a failed read: frames are then
+    /// read one by one).
+    fn copy_datastack(&mut self, chunk: u64, top: u64) -> Option<(u64, usize)> {
+        if chunk == 0 || top <= chunk.checked_add(CHUNK_HEADER)? {
+            return None;
+        }
+        let live = usize::try_from(top - chunk).ok()?;
+        let (lo, len) = if live <= STACK_COPY {
+            (chunk, live)
+        } else {
+            (top - STACK_COPY as u64, STACK_COPY)
         };
-        match cpu_time_ns(self.config.cpu_time, tid) {
-            Some(ns) => self.cpu.observe(thread_id, ns),
-            None => false,
+        let buf = self.stack_buf.get_mut(..len)?;
+        self.reader.read(lo, buf).ok()?;
+        // With the header in the copy, `top` must lie inside the chunk it claims.
+        if lo == chunk && field_u64(buf, CHUNK_SIZE) < live as u64 {
+            return None;
         }
+        bump(&self.counters.stack_copies, 1);
+        Some((lo, len))
     }
 
     /// Walks the frame chain from `frame` into `self.frames`, leaf first. Returns whether the
-    /// depth cap cut it. One batched read per frame in the steady state: the code header of
-    /// this frame together with the next frame.
-    fn walk_frames(&mut self, frame: u64) -> Result<bool, ThreadFailure> {
+    /// depth cap cut it.
+    ///
+    /// Two passes: the chain is followed first, taking frames from the copied data stack when
+    /// they lie in it (3.11+) and reading the others one by one; then the headers of all the
+    /// frames' code objects are read in one batched read and resolved through the cache.
+    fn walk_frames(&mut self, frame: u64, chunk: u64, top: u64) -> Result<bool, ThreadFailure> {
         let l = self.layout;
         self.frames.clear();
+        self.slots.clear();
         let fsize = l.frame_read_size.min(BUF);
-        let csize = l.code_read_size().min(BUF);
+        let window = self.copy_datastack(chunk, top);
         let mut fbuf = [0u8; BUF];
-        let mut nbuf = [0u8; BUF];
-        let mut cbuf = [0u8; BUF];
-        self.reader.read(frame, &mut fbuf[..fsize])?;
+        self.load_frame(frame, window, &mut fbuf[..fsize])?;
         let mut cur = frame;
         let mut last = 0u64;
+        // Cut at the depth cap, or out of steps (a long run of shims), unless the chain ends.
+        let mut truncated = true;
         // Shim frames do not count towards the depth; bound the total work anyway.
         let max_steps = self.config.max_depth.saturating_mul(2).saturating_add(8);
         for _ in 0..max_steps {
-            if self.frames.len() >= self.config.max_depth {
-                return Ok(true);
+            if self.slots.len() >= self.config.max_depth {
+                break;
             }
             let f = &fbuf[..fsize];
             let code = field_u64(f, l.frame_code);
@@ -574,40 +758,95 @@ impl<R: MemoryReader> PythonWalker<R> {
                 if code == 0 && !is_shim {
                     return Err(ThreadFailure::Invalid);
                 }
-                if previous == 0 {
-                    return Ok(false);
-                }
-                self.reader.read(previous, &mut fbuf[..fsize])?;
-                last = cur;
-                cur = previous;
-                continue;
-            }
-            let (rc, rn) = if previous != 0 {
-                self.reader
-                    .read_pair(code, &mut cbuf[..csize], previous, &mut nbuf[..fsize])
             } else {
-                (self.reader.read(code, &mut cbuf[..csize]), Ok(()))
+                let slot = FrameSlot {
+                    code,
+                    lasti: self.lasti(f, code),
+                    line: self.explicit_line(f),
+                };
+                self.slots.push(slot);
+            }
+            if previous == 0 {
+                truncated = false;
+                break;
+            }
+            self.load_frame(previous, window, &mut fbuf[..fsize])?;
+            last = cur;
+            cur = previous;
+        }
+        self.resolve_slots()?;
+        Ok(truncated)
+    }
+
+    /// Fills `out` with the frame at `addr`: from the data-stack copy when it lies inside it,
+    /// else with a read.
+    fn load_frame(
+        &self,
+        addr: u64,
+        window: Option<(u64, usize)>,
+        out: &mut [u8],
+    ) -> Result<(), ThreadFailure> {
+        if let Some((lo, len)) = window {
+            if addr >= lo {
+                let off = usize::try_from(addr - lo).unwrap_or(usize::MAX);
+                if let Some(src) = off
+                    .checked_add(out.len())
+                    .filter(|&end| end <= len)
+                    .and_then(|end| self.stack_buf.get(off..end))
+                {
+                    out.copy_from_slice(src);
+                    return Ok(());
+                }
+            }
+        }
+        bump(&self.counters.frame_reads, 1);
+        self.reader.read(addr, out)?;
+        Ok(())
+    }
+
+    /// Reads the code headers of `self.slots` in one batched read and resolves each into
+    /// `self.frames`.
+    fn resolve_slots(&mut self) -> Result<(), ThreadFailure> {
+        let l = self.layout;
+        let csize = l.code_read_size().min(BUF);
+        let n = self.slots.len();
+        self.code_addrs.clear();
+        self.code_addrs.extend(self.slots.iter().map(|s| s.code));
+        self.reader.read_scatter(
+            &self.code_addrs,
+            csize,
+            &mut self.code_bufs,
+            &mut self.code_ok,
+        );
+        let limits = CopyLimits {
+            max_string_chars: self.config.max_string_chars,
+            max_linetable_bytes: self.config.max_linetable_bytes,
+        };
+        for i in 0..n {
+            let (Some(&slot), Some(&ok)) = (self.slots.get(i), self.code_ok.get(i)) else {
+                return Err(ThreadFailure::Invalid);
             };
-            rc?;
-            let limits = CopyLimits {
-                max_string_chars: self.config.max_string_chars,
-                max_linetable_bytes: self.config.max_linetable_bytes,
-            };
+            if !ok {
+                return Err(ThreadFailure::Invalid);
+            }
+            let header = self
+                .code_bufs
+                .get(i * csize..(i + 1) * csize)
+                .ok_or(ThreadFailure::Invalid)?;
             let resolved = self.cache.resolve(
                 &self.reader,
                 l,
                 &self.target.types,
                 limits,
-                code,
-                &cbuf[..csize],
+                slot.code,
+                header,
             );
             self.flush_cache_events();
             let raw = match resolved {
                 Ok(Resolved::Entry(idx)) => {
-                    let lasti = self.lasti(f, code);
-                    let line = match self.explicit_line(f) {
+                    let line = match slot.line {
                         Some(line) => line,
-                        None => self.cache.line(idx, l.linetable_kind, lasti),
+                        None => self.cache.line(idx, l.linetable_kind, slot.lasti),
                     };
                     Some(RawFrame {
                         id: u64::from(idx),
@@ -626,15 +865,8 @@ impl<R: MemoryReader> PythonWalker<R> {
             if let Some(raw) = raw {
                 self.frames.push(raw);
             }
-            if previous == 0 {
-                return Ok(false);
-            }
-            rn?;
-            std::mem::swap(&mut fbuf, &mut nbuf);
-            last = cur;
-            cur = previous;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// The frame's instruction offset in the unit [`super::linetable`] expects.
@@ -678,6 +910,7 @@ impl<R: MemoryReader> PythonWalker<R> {
 impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
     fn walk(&mut self, sink: &mut dyn StackSink) {
         bump(&self.counters.ticks, 1);
+        self.tick = self.tick.wrapping_add(1);
         self.walk_all(sink);
         self.cpu.end_tick();
     }
