@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use span_profile_core::labels::LabelId;
 use span_profile_core::{
-    ActiveSpan, ActiveSpanRegistry, ExecutionKey, Frame, RawFrame, RawSample, SpanContext, SpanId,
-    StackSink, StackWalker, TraceId, WalkError,
+    ActiveSpan, ActiveSpanRegistry, ExecutionKey, Frame, ProfilerBuilder, RawFrame, RawSample,
+    SpanContext, SpanId, StackSink, StackWalker, TraceId, WalkError,
 };
 
 use crate::signal::send_wall;
@@ -63,6 +63,27 @@ impl NativeWalkerBuilder {
         self.wall = wall;
         self
     }
+    /// Builds the walker with `profiler`'s registry and installs it as its walker: the usual
+    /// way to profile the process's native threads.
+    ///
+    /// ```no_run
+    /// use span_profile_core::Profiler;
+    /// use span_profile_native::NativeWalker;
+    /// use span_profile_test::InMemoryExporter;
+    ///
+    /// let profiler = NativeWalker::builder()
+    ///     .install_in(Profiler::builder())
+    ///     .unwrap()
+    ///     .with_exporter(InMemoryExporter::default())
+    ///     .start()
+    ///     .unwrap();
+    /// # drop(profiler);
+    /// ```
+    pub fn install_in(self, profiler: ProfilerBuilder) -> Result<ProfilerBuilder, SetupError> {
+        let walker = self.with_registry(profiler.registry().clone()).build()?;
+        Ok(profiler.with_walker(walker))
+    }
+
     /// Sets the process up (signal handler, table) if needed, attaches and arms the CPU
     /// timers of registered threads. One walker may be attached at a time.
     pub fn build(self) -> Result<NativeWalker, SetupError> {

@@ -75,16 +75,14 @@ pub fn tally(profiles: &[Arc<Profile>], prefix: &str) -> HashMap<String, (u64, u
 
 #[test]
 fn every_sample_of_a_spans_function_carries_that_span() {
-    let builder = Profiler::builder()
-        .with_sample_rate_hz(100)
-        .with_overhead_budget(None);
-    let walker = NativeWalker::builder()
-        .with_registry(builder.registry().clone())
-        .build()
-        .unwrap();
     let exporter = InMemoryExporter::default();
-    let profiler = builder
-        .with_walker(walker)
+    let profiler = NativeWalker::builder()
+        .install_in(
+            Profiler::builder()
+                .with_sample_rate_hz(100)
+                .with_overhead_budget(None),
+        )
+        .unwrap()
         .with_exporter(exporter.clone())
         .start()
         .unwrap();

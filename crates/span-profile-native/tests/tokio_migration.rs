@@ -36,16 +36,14 @@ task_fn!(task_beta);
 
 #[test]
 fn a_tasks_span_follows_it_across_workers() {
-    let builder = Profiler::builder()
-        .with_sample_rate_hz(100)
-        .with_overhead_budget(None);
-    let walker = NativeWalker::builder()
-        .with_registry(builder.registry().clone())
-        .build()
-        .unwrap();
     let exporter = InMemoryExporter::default();
-    let profiler = builder
-        .with_walker(walker)
+    let profiler = NativeWalker::builder()
+        .install_in(
+            Profiler::builder()
+                .with_sample_rate_hz(100)
+                .with_overhead_budget(None),
+        )
+        .unwrap()
         .with_exporter(exporter.clone())
         .start()
         .unwrap();

@@ -1,0 +1,86 @@
+//! Cost of one native sample at stack depth 30: `walk()` drains the previous sample and
+//! queues a wall signal to this (registered) thread, which the kernel delivers before the
+//! syscall returns; the handler unwinds 30+ frames, reads the span and pushes. So one
+//! iteration = signal send + delivery + unwind + span read + ring push + drain.
+//!
+//! Frame pointers are needed for the depth to be real:
+//! `RUSTFLAGS="-C force-frame-pointers=yes" CARGO_TARGET_DIR=target/fp \
+//!  cargo bench -p span-profile-benches --bench native_sample`
+
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use span_profile_core::labels::LabelValues;
+use span_profile_core::{
+    otel, ActiveSpan, ActiveSpanRegistry, ExecutionKey, RawSample, SpanContext, SpanId, StackSink,
+    StackWalker, TraceId, WalkError,
+};
+use span_profile_native::NativeWalker;
+
+#[derive(Default)]
+struct Count {
+    samples: u64,
+    frames: u64,
+}
+impl StackSink for Count {
+    fn sample(&mut self, s: &RawSample<'_>) {
+        self.samples += 1;
+        self.frames += s.frames.len() as u64;
+    }
+    fn error(&mut self, _e: WalkError) {}
+}
+
+#[inline(never)]
+fn at_depth(n: u32, f: &mut dyn FnMut()) {
+    if n == 0 {
+        f();
+    } else {
+        at_depth(n - 1, f);
+    }
+    std::hint::black_box(n);
+}
+
+fn bench(c: &mut Criterion) {
+    let registry = Arc::new(ActiveSpanRegistry::default());
+    let _g = span_profile_native::register_current_thread().expect("register");
+    registry.enter(
+        ExecutionKey::thread(otel::thread_key()),
+        ActiveSpan {
+            ctx: SpanContext {
+                trace_id: TraceId::from_u128(1).expect("non-zero"),
+                span_id: SpanId::from_u64(2).expect("non-zero"),
+                local_root_span_id: SpanId::from_u64(2).expect("non-zero"),
+            },
+            route: LabelValues::BACKGROUND,
+        },
+    );
+    // Wall only, so the handler never defers to the CPU timer.
+    let mut w = NativeWalker::builder()
+        .with_registry(registry)
+        .with_cpu_hz(0)
+        .build()
+        .expect("walker");
+    let mut sink = Count::default();
+    at_depth(28, &mut || {
+        c.bench_function("native_sample_depth30", |b| b.iter(|| w.walk(&mut sink)));
+    });
+    // Drain-only baseline: no signal, so this is the walker's per-tick floor.
+    let mut idle = Count::default();
+    drop(w);
+    let mut w = NativeWalker::builder()
+        .with_cpu_hz(0)
+        .with_wall(false)
+        .build()
+        .expect("walker");
+    c.bench_function("native_walk_no_signal", |b| b.iter(|| w.walk(&mut idle)));
+    if sink.samples > 0 {
+        eprintln!(
+            "native_sample: {} samples, {:.1} frames per sample on average",
+            sink.samples,
+            sink.frames as f64 / sink.samples as f64
+        );
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
