@@ -65,6 +65,16 @@ pub struct ProfilerStats {
     pub sampler_cpu_ns: u64,
     /// CPU time of the export thread, nanoseconds.
     pub exporter_cpu_ns: u64,
+    /// Ticks that came more than an interval late (sampler starved or process stopped).
+    pub missed_ticks: u64,
+    /// Stacks cut at the walker's depth cap.
+    pub truncated_stacks: u64,
+    /// Threads or tasks not walked because a per-tick cap was reached.
+    pub skipped_threads: u64,
+    /// Label values replaced by `_other` because a cardinality cap was reached.
+    pub label_overflow: u64,
+    /// Span records dropped because the span table's cap was reached.
+    pub dropped_spans: u64,
 }
 
 #[derive(Debug, Default)]
@@ -77,6 +87,11 @@ struct Counters {
     export_errors: AtomicU64,
     walk_errors: AtomicU64,
     dropped_samples: AtomicU64,
+    missed_ticks: AtomicU64,
+    truncated_stacks: AtomicU64,
+    skipped_threads: AtomicU64,
+    label_overflow: AtomicU64,
+    dropped_spans: AtomicU64,
     sampler_cpu_ns: AtomicU64,
     exporter_cpu_ns: AtomicU64,
     /// Export-thread CPU not yet reported in a window.
@@ -401,6 +416,11 @@ impl Profiler {
             export_errors: l(&c.export_errors),
             walk_errors: l(&c.walk_errors),
             dropped_samples: l(&c.dropped_samples),
+            missed_ticks: l(&c.missed_ticks),
+            truncated_stacks: l(&c.truncated_stacks),
+            skipped_threads: l(&c.skipped_threads),
+            label_overflow: l(&c.label_overflow),
+            dropped_spans: l(&c.dropped_spans),
             sampler_cpu_ns: l(&c.sampler_cpu_ns),
             exporter_cpu_ns: l(&c.exporter_cpu_ns),
         }
@@ -601,9 +621,18 @@ impl Sampler {
             .saturating_mul(1_000_000_000_000)
             .checked_div(duration_ns)
             .unwrap_or(0);
-        self.counters
-            .dropped_samples
-            .fetch_add(profile.stats.dropped_samples, Ordering::Relaxed);
+        // Every drop a window reports is also counted over the profiler's life.
+        let st = &profile.stats;
+        for (counter, n) in [
+            (&self.counters.dropped_samples, st.dropped_samples),
+            (&self.counters.missed_ticks, st.missed_ticks),
+            (&self.counters.truncated_stacks, st.truncated_stacks),
+            (&self.counters.skipped_threads, st.skipped_threads),
+            (&self.counters.label_overflow, st.label_overflow),
+            (&self.counters.dropped_spans, st.dropped_spans),
+        ] {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
         self.counters.windows.fetch_add(1, Ordering::Relaxed);
         let mut window = Arc::new(profile);
         loop {

@@ -37,6 +37,7 @@ fn windows_close_at_each_jump_and_sampling_goes_on() {
     let profiler = Profiler::builder()
         .with_service("clock-jumps")
         .with_sample_rate_hz(200)
+        .with_overhead_budget(None)
         .with_window(window)
         .with_walker(FakeWalker::threads(2, 3))
         .with_exporter(exporter.clone())

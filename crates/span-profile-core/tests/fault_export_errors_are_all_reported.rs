@@ -15,6 +15,7 @@ fn consecutive_failures_are_all_reported_once_exports_succeed() {
     let profiler = Profiler::builder()
         .with_window(Duration::from_millis(40))
         .with_sample_rate_hz(100)
+        .with_overhead_budget(None)
         .with_walker(FakeWalker::threads(1, 2))
         .with_exporter(exporter.clone())
         .start()

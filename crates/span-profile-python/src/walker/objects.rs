@@ -7,8 +7,11 @@ use super::layout::{
 };
 use super::memory::{field_i64, field_u64, field_u8, MemoryReader, ReadError};
 
-/// A string length beyond this is garbage, not a name: the read is refused.
-pub(crate) const MAX_PLAUSIBLE_STR: i64 = 1 << 20;
+/// A string length beyond this is garbage, not a name: the read is refused. Only
+/// `max_chars` characters are ever copied, so a long but real name (Python allows megabytes)
+/// costs no more than a short one and is cut, not refused: the bound only rejects lengths no
+/// str in a real heap can have (1 TiB).
+pub(crate) const MAX_PLAUSIBLE_STR: i64 = 1 << 40;
 
 /// Why an object could not be copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,4 +141,30 @@ pub(crate) fn read_bytes(
     let mut out = vec![0u8; len].into_boxed_slice();
     reader.read(addr + BYTES_SVAL as u64, &mut out)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::walker::testing::{ImageBuilder, FAKE_TYPES};
+    use crate::walker::PythonVersion;
+
+    #[test]
+    fn a_name_of_megabytes_is_cut_not_refused() {
+        // Found by tests/python/test_fault_function_names.py: a 2 MiB function name made every
+        // stack through it a walk error.
+        let mut b = ImageBuilder::new(PythonVersion::new(3, 12)).unwrap();
+        let name = "M".repeat(2 << 20);
+        let addr = b.str_obj(&name);
+        let layout = crate::walker::layout::Layout::for_version(PythonVersion::new(3, 12)).unwrap();
+        let got = read_str(&b.mem, layout, &FAKE_TYPES, addr, 1024).unwrap();
+        assert_eq!(got.chars().count(), 1025);
+        assert!(got.ends_with('…') && got.starts_with("MMM"));
+        // A negative length is still garbage.
+        b.mem.write_u64(b.str_length_addr(addr), u64::MAX);
+        assert_eq!(
+            read_str(&b.mem, layout, &FAKE_TYPES, addr, 1024),
+            Err(ObjectError::Invalid)
+        );
+    }
 }

@@ -1,0 +1,61 @@
+"""Fault: recursion 10,000 frames deep. The walker keeps the innermost frames up to its depth
+cap (128), marks the stack truncated (a "[truncated]" outermost frame in pprof, counted in the
+window's truncated_stacks and in stats()["walker_truncated"]), and the process and the sampler
+carry on: no crash, no walk error, and the next, shallow stacks are complete again."""
+import sys
+import threading
+
+import span_profile
+from conftest import busy, named_function
+from pprof_reader import read_all
+
+DEPTH = 10_000
+MAX_DEPTH = 128  # WalkerConfig::default().max_depth
+TRUNCATED = "[truncated]"
+
+
+def deep_leaf(seconds):
+    return busy(seconds)
+
+
+def recurse(n, seconds):
+    if n == 0:
+        return deep_leaf(seconds)
+    return recurse(n - 1, seconds)
+
+
+def run_deep(seconds):
+    """Recurses DEPTH frames in a thread with a large C stack (3.9/3.10 use C stack per call)."""
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(DEPTH + 500)
+    old_size = threading.stack_size(256 << 20)
+    try:
+        t = threading.Thread(target=recurse, args=(DEPTH, seconds), name="deep")
+        t.start()
+    finally:
+        threading.stack_size(old_size)
+    t.join()
+    sys.setrecursionlimit(old_limit)
+
+
+def test_a_stack_deeper_than_the_cap_is_cut_and_marked(agent):
+    run_deep(1.0)
+    shallow = named_function("shallow_after_deep")
+    shallow(0.3)
+    during = span_profile.stats()
+    agent.stop()
+
+    profiles = read_all(agent.output)
+    samples = [s for p in profiles for s in p.samples]
+    deep = [s for s in samples if "deep_leaf" in s.functions]
+    assert deep, "the deep thread was sampled"
+    for s in deep:
+        assert s.functions[-1] == TRUNCATED, s.functions[-3:]
+        assert len(s.frames) == MAX_DEPTH + 1, len(s.frames)
+        assert s.functions[:2] == ["busy", "deep_leaf"]
+        assert set(s.functions[2:-1]) == {"recurse"}
+    assert sum(p.meta["stats"]["truncated_stacks"] for p in profiles) >= len(deep)
+    assert during["walker_truncated"] >= len(deep)
+    assert during["walk_errors"] == 0
+    after = [s for s in samples if "shallow_after_deep" in s.functions]
+    assert after and all(s.functions[-1] != TRUNCATED for s in after)
