@@ -288,9 +288,16 @@ pub(crate) struct CachedStack {
     pub(crate) cpu_ns: u64,
     pub(crate) frames: Vec<RawFrame>,
     pub(crate) truncated: bool,
+    /// Frames of the last walk that were read one by one (outside the copied data stack):
+    /// prefetched together in one read on the next walk.
+    pub(crate) outside: [u64; MAX_OUTSIDE],
+    pub(crate) n_outside: usize,
     /// The tick this entry was last used in (for eviction).
     pub(crate) last_used: u64,
 }
+
+/// Most out-of-data-stack frame addresses remembered per thread for prefetching.
+pub(crate) const MAX_OUTSIDE: usize = 16;
 
 /// Per-thread stacks of the previous walks in fixed buffers: `cap` entries of `depth` frames,
 /// each created once on a thread's first walk and reused by later threads when evicted, so the
@@ -332,13 +339,37 @@ impl StackCache {
         Some(e)
     }
 
-    /// Stores `frames` as the stack of `thread_id`, evicting the least recently used entry
-    /// when full.
+    /// The out-of-data-stack frame addresses of `thread_id`'s last walk (copied into `out`;
+    /// returns how many).
+    pub(crate) fn outside(
+        &self,
+        thread_id: u64,
+        tstate: u64,
+        out: &mut [u64; MAX_OUTSIDE],
+    ) -> usize {
+        let Some(e) = self
+            .by_thread
+            .get(&thread_id)
+            .and_then(|&i| self.entries.get(i))
+        else {
+            return 0;
+        };
+        if e.tstate != tstate {
+            return 0;
+        }
+        let n = e.n_outside.min(MAX_OUTSIDE);
+        out[..n].copy_from_slice(&e.outside[..n]);
+        n
+    }
+
+    /// Stores `frames` as the stack of `thread_id` (and the addresses of the frames that were
+    /// read one by one), evicting the least recently used entry when full.
     pub(crate) fn store(
         &mut self,
         key: (u64, u64, u32, u64),
         frames: &[RawFrame],
         truncated: bool,
+        outside: &[u64],
         tick: u64,
     ) {
         let (thread_id, tstate, tid, cpu_ns) = key;
@@ -352,6 +383,8 @@ impl StackCache {
                     cpu_ns,
                     frames: Vec::with_capacity(self.depth),
                     truncated,
+                    outside: [0; MAX_OUTSIDE],
+                    n_outside: 0,
                     last_used: tick,
                 });
                 let i = self.entries.len() - 1;
@@ -384,6 +417,9 @@ impl StackCache {
             let n = frames.len().min(self.depth);
             e.frames
                 .extend_from_slice(frames.get(..n).unwrap_or_default());
+            let k = outside.len().min(MAX_OUTSIDE);
+            e.outside[..k].copy_from_slice(&outside[..k]);
+            e.n_outside = k;
         }
     }
 }
@@ -429,7 +465,7 @@ mod tests {
         let f = |id| RawFrame { id, line: 1 };
         let mut c = StackCache::new(2, 4);
         assert!(c.unchanged(1, 10, 100, 5, 0).is_none());
-        c.store((1, 10, 100, 5), &[f(1), f(2)], false, 0);
+        c.store((1, 10, 100, 5), &[f(1), f(2)], false, &[7, 8], 0);
         assert_eq!(
             c.unchanged(1, 10, 100, 5, 1).map(|e| e.frames.len()),
             Some(2)
@@ -437,8 +473,12 @@ mod tests {
         assert!(c.unchanged(1, 10, 100, 6, 1).is_none()); // ran since
         assert!(c.unchanged(1, 11, 100, 5, 1).is_none()); // other thread state
         assert!(c.unchanged(1, 10, 101, 5, 1).is_none()); // other OS thread
-        c.store((2, 20, 200, 1), &[f(3)], false, 2);
-        c.store((3, 30, 300, 1), &[f(4); 9], true, 3); // evicts 1 (least recently used)
+        c.store((2, 20, 200, 1), &[f(3)], false, &[], 2);
+        let mut out = [0u64; MAX_OUTSIDE];
+        assert_eq!(c.outside(1, 10, &mut out), 2);
+        assert_eq!(&out[..2], &[7, 8]);
+        assert_eq!(c.outside(1, 11, &mut out), 0);
+        c.store((3, 30, 300, 1), &[f(4); 9], true, &[], 3); // evicts 1 (least recently used)
         assert!(c.unchanged(1, 10, 100, 5, 4).is_none());
         let e = c.unchanged(3, 30, 300, 1, 4).unwrap();
         assert_eq!((e.frames.len(), e.truncated), (4, true));

@@ -15,7 +15,7 @@ use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ProcessVmReade
 use super::objects::{type_matches, ObjectError, TypeAddresses};
 use super::threads::{
     cpu_time_ns, tid_from_pthread, verify_pthread_tid_offset, CpuTimeSource, CpuTracker, NameBuf,
-    StackCache, ThreadRegistry,
+    StackCache, ThreadRegistry, MAX_OUTSIDE,
 };
 
 /// Where the interpreter lives: what the caller must supply.
@@ -367,6 +367,14 @@ pub struct PythonWalker<R> {
     /// The copy of the walked thread's live data stack.
     stack_buf: Vec<u8>,
     stacks: StackCache,
+    /// Frames expected outside the data stack (from the thread's last walk), read together
+    /// up front, and the ones actually read one by one in this walk.
+    prefetch_addrs: [u64; MAX_OUTSIDE],
+    prefetch_n: usize,
+    prefetch_buf: Vec<u8>,
+    prefetch_ok: [bool; MAX_OUTSIDE],
+    outside: [u64; MAX_OUTSIDE],
+    outside_n: usize,
     rng: Rng,
     tick: u64,
 }
@@ -444,6 +452,12 @@ impl<R: MemoryReader> PythonWalker<R> {
                 Vec::new()
             },
             stacks: StackCache::new(config.max_threads.saturating_mul(2), config.max_depth),
+            prefetch_addrs: [0; MAX_OUTSIDE],
+            prefetch_n: 0,
+            prefetch_buf: vec![0; MAX_OUTSIDE * layout.frame_read_size.min(BUF)],
+            prefetch_ok: [false; MAX_OUTSIDE],
+            outside: [0; MAX_OUTSIDE],
+            outside_n: 0,
             rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (target.runtime | 1)),
             tick: 0,
             config,
@@ -647,6 +661,9 @@ impl<R: MemoryReader> PythonWalker<R> {
             bump(&self.counters.idle_threads, 1);
             return;
         }
+        self.prefetch_n = self
+            .stacks
+            .outside(t.thread_id, t.tstate, &mut self.prefetch_addrs);
         let truncated = match self.walk_frames(frame, t.chunk, t.top) {
             Ok(t) => t,
             Err(f) => return self.fail(sink, f),
@@ -660,6 +677,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                 (t.thread_id, t.tstate, tid, ns),
                 &self.frames,
                 truncated,
+                self.outside.get(..self.outside_n).unwrap_or_default(),
                 self.tick,
             );
         }
@@ -730,6 +748,19 @@ impl<R: MemoryReader> PythonWalker<R> {
         self.slots.clear();
         let fsize = l.frame_read_size.min(BUF);
         let window = self.copy_datastack(chunk, top);
+        self.outside_n = 0;
+        if self.prefetch_n > 0 {
+            // The frames the last walk had to read one by one (C-stack shims, generators) are
+            // usually still there: read them together. Each is used only if the chain leads to
+            // its address, and validated like any other frame.
+            let n = self.prefetch_n.min(MAX_OUTSIDE);
+            self.reader.read_scatter(
+                self.prefetch_addrs.get(..n).unwrap_or_default(),
+                fsize,
+                &mut self.prefetch_buf,
+                &mut self.prefetch_ok,
+            );
+        }
         let mut fbuf = [0u8; BUF];
         self.load_frame(frame, window, &mut fbuf[..fsize])?;
         let mut cur = frame;
@@ -781,7 +812,7 @@ impl<R: MemoryReader> PythonWalker<R> {
     /// Fills `out` with the frame at `addr`: from the data-stack copy when it lies inside it,
     /// else with a read.
     fn load_frame(
-        &self,
+        &mut self,
         addr: u64,
         window: Option<(u64, usize)>,
         out: &mut [u8],
@@ -794,6 +825,20 @@ impl<R: MemoryReader> PythonWalker<R> {
                     .filter(|&end| end <= len)
                     .and_then(|end| self.stack_buf.get(off..end))
                 {
+                    out.copy_from_slice(src);
+                    return Ok(());
+                }
+            }
+        }
+        if let Some(o) = self.outside.get_mut(self.outside_n) {
+            *o = addr;
+            self.outside_n += 1;
+        }
+        let n = self.prefetch_n.min(MAX_OUTSIDE);
+        let len = out.len();
+        if let Some(i) = self.prefetch_addrs[..n].iter().position(|&a| a == addr) {
+            if self.prefetch_ok.get(i) == Some(&true) {
+                if let Some(src) = self.prefetch_buf.get(i * len..(i + 1) * len) {
                     out.copy_from_slice(src);
                     return Ok(());
                 }
