@@ -57,7 +57,15 @@ struct CodeEntry {
     linetable: Box<[u8]>,
     /// The last (offset, line) computed, as most samples of a frame repeat its offset.
     memo: Option<(i64, u32)>,
+    /// The tick at which the header at this address last matched `identity`.
+    checked: u64,
 }
+
+/// Ticks during which a code address whose header matched is trusted without reading the
+/// header again (about 0.3 s at 100 Hz). A live frame holds a reference to its code object,
+/// so the object cannot be freed while a frame runs it; the re-check only bounds how long a
+/// freed and reallocated address could be reported under the old name.
+pub(crate) const REVALIDATE_TICKS: u64 = 32;
 
 /// Caps for what is copied on first sight.
 #[derive(Debug, Clone, Copy)]
@@ -106,6 +114,13 @@ impl CodeCache {
         self.entries.len()
     }
 
+    /// The entry for `addr` if its header was checked within [`REVALIDATE_TICKS`] of `tick`.
+    pub(crate) fn recent(&self, addr: u64, tick: u64) -> Option<u32> {
+        let &idx = self.by_addr.get(&addr)?;
+        let e = self.entries.get(idx as usize)?;
+        (tick.wrapping_sub(e.checked) < REVALIDATE_TICKS).then_some(idx)
+    }
+
     /// Resolves the code object at `addr` whose first `layout.code_read_size()` bytes are
     /// `header`: a cache hit if the identity matches, otherwise copies names and line table.
     pub(crate) fn resolve(
@@ -116,6 +131,7 @@ impl CodeCache {
         limits: CopyLimits,
         addr: u64,
         header: &[u8],
+        tick: u64,
     ) -> Result<Resolved, ObjectError> {
         if !type_matches(types.code, header) {
             return Err(ObjectError::WrongType);
@@ -128,11 +144,12 @@ impl CodeCache {
         };
         let existing = self.by_addr.get(&addr).copied();
         if let Some(idx) = existing {
-            if self
+            if let Some(e) = self
                 .entries
-                .get(idx as usize)
-                .is_some_and(|e| e.identity == identity)
+                .get_mut(idx as usize)
+                .filter(|e| e.identity == identity)
             {
+                e.checked = tick;
                 return Ok(Resolved::Entry(idx));
             }
         }
@@ -174,6 +191,7 @@ impl CodeCache {
             file: file.into_boxed_str(),
             linetable,
             memo: None,
+            checked: tick,
         });
         self.by_addr.insert(addr, idx);
         self.events.misses += 1;

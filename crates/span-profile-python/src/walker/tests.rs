@@ -218,6 +218,12 @@ fn reused_code_address_gets_a_new_id() {
     w.walk(&mut c);
     let first = c.samples[0].frames[0];
     switch.store(1, Ordering::Relaxed);
+    // A header that matched is trusted for a few ticks, then read again.
+    for _ in 1..super::code::REVALIDATE_TICKS {
+        let mut c = Collected::default();
+        w.walk(&mut c);
+        assert_eq!(c.samples[0].frames[0].id, first.id);
+    }
     let mut c = Collected::default();
     w.walk(&mut c);
     let second = c.samples[0].frames[0];

@@ -855,8 +855,14 @@ impl<R: MemoryReader> PythonWalker<R> {
         let l = self.layout;
         let csize = l.code_read_size().min(BUF);
         let n = self.slots.len();
+        // Headers of code objects checked within the last few ticks are not read again; the
+        // others are read together in one batched read.
         self.code_addrs.clear();
-        self.code_addrs.extend(self.slots.iter().map(|s| s.code));
+        for s in &self.slots {
+            if self.cache.recent(s.code, self.tick).is_none() {
+                self.code_addrs.push(s.code);
+            }
+        }
         self.reader.read_scatter(
             &self.code_addrs,
             csize,
@@ -867,16 +873,32 @@ impl<R: MemoryReader> PythonWalker<R> {
             max_string_chars: self.config.max_string_chars,
             max_linetable_bytes: self.config.max_linetable_bytes,
         };
+        let mut next_read = 0usize;
         for i in 0..n {
-            let (Some(&slot), Some(&ok)) = (self.slots.get(i), self.code_ok.get(i)) else {
+            let Some(&slot) = self.slots.get(i) else {
                 return Err(ThreadFailure::Invalid);
             };
-            if !ok {
+            if let Some(idx) = self.cache.recent(slot.code, self.tick) {
+                if self.code_addrs.get(next_read) != Some(&slot.code) {
+                    let line = match slot.line {
+                        Some(line) => line,
+                        None => self.cache.line(idx, l.linetable_kind, slot.lasti),
+                    };
+                    self.frames.push(RawFrame {
+                        id: u64::from(idx),
+                        line,
+                    });
+                    continue;
+                }
+            }
+            let j = next_read;
+            next_read += 1;
+            if self.code_ok.get(j) != Some(&true) {
                 return Err(ThreadFailure::Invalid);
             }
             let header = self
                 .code_bufs
-                .get(i * csize..(i + 1) * csize)
+                .get(j * csize..(j + 1) * csize)
                 .ok_or(ThreadFailure::Invalid)?;
             let resolved = self.cache.resolve(
                 &self.reader,
@@ -885,6 +907,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                 limits,
                 slot.code,
                 header,
+                self.tick,
             );
             self.flush_cache_events();
             let raw = match resolved {
