@@ -4,7 +4,8 @@
 #
 # The extension is abi3 (one wheel for 3.9+), so the wheel is built once, with maturin from a
 # build venv, and installed into one venv per interpreter: target/venvs/<version>. Each venv gets
-# opentelemetry-sdk, pytest, protobuf and py-spy (the walker's oracle tests use it).
+# opentelemetry-sdk, pytest, protobuf and py-spy (the walker's oracle tests use it), plus uvloop
+# where it installs (the asyncio specs skip it otherwise).
 #
 #   scripts/test-python.sh                 # every version found
 #   SPAN_PROFILE_PYTHONS="3.11" scripts/test-python.sh
@@ -43,6 +44,8 @@ venv_for() {
     fi
     "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" --upgrade pip >&2
     "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" opentelemetry-sdk pytest protobuf py-spy >&2
+    # Optional: the asyncio specs run on uvloop too, and skip it where it does not install.
+    "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" uvloop >&2 || note "uvloop did not install for $2"
     printf '%s\n' "$dir"
 }
 

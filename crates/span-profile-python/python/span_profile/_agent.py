@@ -6,11 +6,19 @@ import sys
 import threading
 import warnings
 
-from . import _hooks, _native, _settings
+from . import _asyncio, _hooks, _native, _settings
 
 _LOCK = threading.RLock()
 _RUNNING = None  # the Agent that is running, if any
 _LAST = None  # the last Agent started (for stats() after stop())
+
+#: Our ContextVars, created once per process. The runtime-context hook sets SPAN_SLOT to the
+#: current span (an ``ActiveSpan``) next to OpenTelemetry's context on every attach/detach;
+#: asyncio tasks get a ``TaskTag`` in TASK_TAG. Every copy of a context (tasks,
+#: ``copy_context().run``, ``to_thread``, ``run_in_executor``) carries both, and the sampler
+#: reads them from the context running on each thread.
+SPAN_SLOT = contextvars.ContextVar("span_profile.span_slot", default=None)
+TASK_TAG = contextvars.ContextVar("span_profile.task_tag", default=None)
 
 STATS_KEYS = (
     "ticks", "samples", "windows", "exported_windows", "dropped_windows", "export_errors", "walk_errors",
@@ -32,6 +40,8 @@ def _start_native(settings, forked):
         forked=forked,
         python_version=tuple(sys.version_info[:2]),
         overhead_budget=settings["overhead_budget"],
+        slot_var=SPAN_SLOT,
+        task_var=TASK_TAG,
     )
 
 
@@ -126,14 +136,17 @@ class Agent:
                 native.thread_started(t.ident, t.name, getattr(t, "native_id", None) or 0)
         original = otel_context._RUNTIME_CONTEXT
         var = _stock_context_var(original)
-        hook = RuntimeContextHook(native.context_hook(original, _SPAN_KEY, NonRecordingSpan, var), original, var)
+        hook = RuntimeContextHook(native.context_hook(original, _SPAN_KEY, NonRecordingSpan, var, SPAN_SLOT),
+                                  original, var)
         otel_context._RUNTIME_CONTEXT = hook
         self._context_hook = hook
         hook.native.publish_current()
+        _asyncio.install(native, TASK_TAG, SPAN_SLOT)
 
     def _uninstall(self):
         import opentelemetry.context as otel_context
 
+        _asyncio.uninstall()
         hook, self._context_hook = self._context_hook, None
         if hook is not None:
             hook.native.disable()

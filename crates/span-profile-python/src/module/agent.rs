@@ -16,10 +16,13 @@ use span_profile_core::{
 };
 use span_profile_export::{exporter_for_output, parse_output, ExporterEnv, Output};
 
-use super::context::{ContextHook, HookCounters, PyActiveSpan, CACHE_ATTR};
+use super::context::{slot_layout, ContextHook, HookCounters, PyActiveSpan, TaskTag, CACHE_ATTR};
 use super::settings;
 use super::span_hooks::{field, hex16, route_of, set_profile_id, span_context, text};
 use super::walker::{self, WalkerHandles};
+use crate::walker::{ContextTarget, HamtTypes, ProcessVmReader, SlotData, SlotVar};
+use span_profile_core::labels::LabelValues;
+use span_profile_core::{ActiveSpan, SpanContext};
 
 /// A running profiler and its hooks. Created by `span_profile.start()`; at most one per
 /// process is installed at a time (the Python package enforces that).
@@ -37,6 +40,68 @@ pub(crate) struct NativeAgent {
     instance: Option<String>,
     output: String,
     resource_problems: Vec<String>,
+    /// The span slot and task tag ContextVars the walker looks up (kept alive with it).
+    _context_vars: Vec<Py<PyAny>>,
+}
+
+/// What the walker needs to find our ContextVars' values in thread contexts, or `None` when
+/// this interpreter's HAMT node types cannot be found (samples then use the registry only).
+fn context_target(
+    py: Python<'_>,
+    slot_var: Option<&Bound<'_, PyAny>>,
+    task_var: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<ContextTarget>> {
+    let types = match HamtTypes::current_process() {
+        Some(t) => Some(t),
+        None => {
+            // 3.11/3.12 keep the node types private: find them from a live empty Context.
+            let empty = py.import("contextvars")?.getattr("Context")?.call0()?;
+            let type_type = py.get_type::<pyo3::types::PyType>();
+            ProcessVmReader::new().ok().and_then(|r| {
+                HamtTypes::discover(&r, empty.as_ptr() as u64, type_type.as_ptr() as u64)
+            })
+        }
+    };
+    let Some(types) = types else {
+        return Ok(None);
+    };
+    let (Some(trace_id), Some(span_id)) = (TraceId::from_u128(1), SpanId::from_u64(1)) else {
+        return Ok(None);
+    };
+    let var =
+        |v: &Bound<'_, PyAny>, (value_type, data_offset): (u64, usize)| -> PyResult<SlotVar> {
+            Ok(SlotVar {
+                var: v.as_ptr() as u64,
+                hash: v.hash()? as i64,
+                value_type,
+                data_offset,
+            })
+        };
+    let span = match slot_var {
+        Some(v) => {
+            let probe = Bound::new(
+                py,
+                PyActiveSpan::new(ActiveSpan {
+                    ctx: SpanContext {
+                        trace_id,
+                        span_id,
+                        local_root_span_id: span_id,
+                    },
+                    route: LabelValues::BACKGROUND,
+                }),
+            )?;
+            var(v, slot_layout(&probe, |p| &p.1))?
+        }
+        None => SlotVar::default(),
+    };
+    let task = match task_var {
+        Some(v) => {
+            let probe = Bound::new(py, TaskTag(SlotData::task(0)))?;
+            var(v, slot_layout(&probe, |t| &t.0))?
+        }
+        None => SlotVar::default(),
+    };
+    Ok(Some(ContextTarget { types, span, task }))
 }
 
 fn start_error(e: StartError) -> PyErr {
@@ -129,9 +194,10 @@ impl NativeAgent {
     #[new]
     #[pyo3(signature = (*, output, sample_rate_hz, window_s, service=None, version=None,
                         environment=None, instance=None, forked=false, python_version=(3, 0),
-                        overhead_budget=0.01))]
+                        overhead_budget=0.01, slot_var=None, task_var=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         output: &str,
         sample_rate_hz: u32,
         window_s: f64,
@@ -142,6 +208,8 @@ impl NativeAgent {
         forked: bool,
         python_version: (u8, u8),
         overhead_budget: f64,
+        slot_var: Option<&Bound<'_, PyAny>>,
+        task_var: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         // One parser for every output form (directory, file://, pyroscope+http(s)://,
         // otlp+http(s)://), shared with the CLI; errors say what is accepted.
@@ -170,8 +238,11 @@ impl NativeAgent {
             settings::resource(service, version, environment, instance, forked);
         let service = resource.service.clone();
         let instance = resource.instance.clone();
-        let (walker, walker_handles, walker_kind) =
-            walker::build(python_version.0, python_version.1);
+        let (walker, walker_handles, walker_kind) = walker::build(
+            python_version.0,
+            python_version.1,
+            context_target(py, slot_var, task_var)?,
+        );
         let registry = Arc::new(ActiveSpanRegistry::default());
         let spans = Arc::new(SpanTable::default());
         let profiler = Profiler::builder()
@@ -198,6 +269,11 @@ impl NativeAgent {
             instance,
             output: output.to_string(),
             resource_problems,
+            _context_vars: slot_var
+                .into_iter()
+                .chain(task_var)
+                .map(|v| v.clone().unbind())
+                .collect(),
         })
     }
 
@@ -221,7 +297,7 @@ impl NativeAgent {
             return None;
         };
         self.counters.spans_started.fetch_add(1, Ordering::Relaxed);
-        Some(PyActiveSpan(self.spans.start(SpanStart {
+        Some(PyActiveSpan::new(self.spans.start(SpanStart {
             trace_id,
             span_id,
             parent_span_id: SpanId::from_u64(parent_span_id),
@@ -258,6 +334,12 @@ impl NativeAgent {
         }
     }
 
+    /// The tag to store in a new asyncio task's context: the id of `name` (already folded to
+    /// few values by the caller; past the name cap it is reported as `Task`).
+    fn task_tag(&self, name: &str) -> TaskTag {
+        TaskTag(SlotData::task(self.walker_handles.task_names.intern(name)))
+    }
+
     /// Counts a failure inside a Python hook (which never raises into the application).
     fn hook_error(&self) {
         self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
@@ -274,7 +356,7 @@ impl NativeAgent {
     fn current(&self, thread: u64) -> Option<PyActiveSpan> {
         self.registry
             .current(ExecutionKey::thread(thread))
-            .map(PyActiveSpan)
+            .map(PyActiveSpan::new)
     }
 
     /// A thread started (or was found running at start): its name for samples, and its OS
@@ -295,13 +377,15 @@ impl NativeAgent {
 
     /// The runtime-context wrapper to install as `opentelemetry.context._RUNTIME_CONTEXT`.
     /// `context_var`: the stock `ContextVarsRuntimeContext`'s ContextVar, to call directly.
-    #[pyo3(signature = (original, span_key, non_recording_span, context_var=None))]
+    /// `slot_var`: our span slot ContextVar, set next to OpenTelemetry's on every publish.
+    #[pyo3(signature = (original, span_key, non_recording_span, context_var=None, slot_var=None))]
     fn context_hook(
         &self,
         original: &Bound<'_, PyAny>,
         span_key: &Bound<'_, PyString>,
         non_recording_span: &Bound<'_, PyType>,
         context_var: Option<&Bound<'_, PyAny>>,
+        slot_var: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<ContextHook> {
         ContextHook::new(
             original,
@@ -310,6 +394,7 @@ impl NativeAgent {
             non_recording_span,
             self.registry.clone(),
             self.counters.clone(),
+            slot_var,
         )
     }
 
@@ -416,6 +501,14 @@ impl NativeAgent {
             d.set_item("walker_skipped_threads", w.skipped_threads)?;
             d.set_item("walker_invalid_reads", w.invalid_reads)?;
             d.set_item("walker_code_cache_full", w.code_cache_full)?;
+        }
+        if let Some(c) = &self.walker_handles.context {
+            let c = c.snapshot();
+            d.set_item("context_lookups", c.lookups)?;
+            d.set_item("context_spans", c.spans)?;
+            d.set_item("context_no_span", c.no_span)?;
+            d.set_item("context_tasks", c.tasks)?;
+            d.set_item("context_invalid", c.invalid)?;
         }
         Ok(d)
     }

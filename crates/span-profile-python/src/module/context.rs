@@ -9,6 +9,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyType};
 
+use crate::walker::SlotData;
 use span_profile_core::labels::LabelValues;
 use span_profile_core::{
     ActiveSpan, ActiveSpanRegistry, ExecutionKey, SpanContext, SpanId, TraceId,
@@ -17,9 +18,50 @@ use span_profile_core::{
 /// An active span as Python sees it: what [`super::agent::NativeAgent::span_start`] returns
 /// and what the span processor caches on the span. An opaque object rather than a tuple so
 /// that publishing it on every `attach` copies 40 bytes instead of converting a 128-bit int.
+///
+/// It is also the value of the span slot ContextVar (`span_profile._agent.SPAN_SLOT`): the
+/// walker finds it in the context running on a thread and reads the `#[repr(C)]`
+/// [`SlotData`] copy of the ids at the offset [`slot_layout`] measures.
 #[pyclass(frozen, name = "ActiveSpan", module = "span_profile._native")]
+#[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PyActiveSpan(pub(crate) ActiveSpan);
+pub(crate) struct PyActiveSpan(pub(crate) ActiveSpan, pub(crate) SlotData);
+
+impl PyActiveSpan {
+    pub(crate) fn new(active: ActiveSpan) -> Self {
+        Self(active, SlotData::span(&active))
+    }
+}
+
+/// The value of the task tag ContextVar (`span_profile._agent.TASK_TAG`), set in each asyncio
+/// task's context when it is created: the id of its (folded) name.
+#[pyclass(frozen, name = "TaskTag", module = "span_profile._native")]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskTag(pub(crate) SlotData);
+
+#[pymethods]
+impl TaskTag {
+    /// The name id ([`crate::walker::TaskNames`]).
+    #[getter]
+    fn name_id(&self) -> u32 {
+        self.0.name_id
+    }
+}
+
+/// `(id(type), offset of SlotData from the object's start)` of a live instance, measured from
+/// the object PyO3 laid out (no assumption about PyO3's object layout).
+pub(crate) fn slot_layout<T>(obj: &Bound<'_, T>, data: impl Fn(&T) -> &SlotData) -> (u64, usize)
+where
+    T: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
+{
+    let start = obj.as_ptr() as usize;
+    let at = data(obj.get()) as *const SlotData as usize;
+    (
+        obj.as_any().get_type().as_ptr() as u64,
+        at.wrapping_sub(start),
+    )
+}
 
 #[pymethods]
 impl PyActiveSpan {
@@ -114,6 +156,9 @@ pub(crate) struct ContextHook {
     token_type: Option<(Py<PyType>, Py<PyAny>)>,
     registry: Arc<ActiveSpanRegistry>,
     counters: Arc<HookCounters>,
+    /// `SPAN_SLOT.set`: after each attach/detach the now-current span object (or `None`) is
+    /// stored in our own ContextVar, in the same context as OpenTelemetry's, for the walker.
+    slot_set: Option<Py<PyAny>>,
     /// Cleared by `disable()` when the agent stops but the hook cannot be uninstalled
     /// (something wrapped it in turn); it then only delegates.
     enabled: AtomicBool,
@@ -131,6 +176,7 @@ impl ContextHook {
         non_recording: &Bound<'_, PyType>,
         registry: Arc<ActiveSpanRegistry>,
         counters: Arc<HookCounters>,
+        slot_var: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let py = original.py();
         let (attach, detach, get_current, token_type) = match context_var {
@@ -162,13 +208,17 @@ impl ContextHook {
             non_recording: non_recording.clone().unbind(),
             registry,
             counters,
+            slot_set: slot_var
+                .map(|v| v.getattr(intern!(py, "set")))
+                .transpose()?
+                .map(Bound::unbind),
             enabled: AtomicBool::new(true),
         })
     }
 
     /// Publishes the span current in `context` for the calling thread. Never raises: a
     /// context it cannot read counts as "no span" and is counted.
-    fn publish(&self, context: Option<&Bound<'_, PyAny>>) {
+    fn publish(&self, py: Python<'_>, context: Option<&Bound<'_, PyAny>>) {
         // Relaxed: a publish racing with `disable` may land either way; the registry it
         // writes to belongs to the stopped agent and is never read again.
         if !self.enabled.load(Ordering::Relaxed) {
@@ -181,12 +231,26 @@ impl ContextHook {
                 None
             }
         };
-        self.registry
-            .set_current(ExecutionKey::thread(current_thread_ident()), active);
+        self.registry.set_current(
+            ExecutionKey::thread(current_thread_ident()),
+            active.as_ref().map(|a| a.get().0),
+        );
+        if let Some(set) = &self.slot_set {
+            let value = match active {
+                Some(a) => a.into_any(),
+                None => py.None().into_bound(py),
+            };
+            if set.call1(py, (value,)).is_err() {
+                self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         self.counters.publishes.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn span_of(&self, context: &Bound<'_, PyAny>) -> PyResult<Option<ActiveSpan>> {
+    fn span_of<'py>(
+        &self,
+        context: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyActiveSpan>>> {
         let py = context.py();
         let Ok(dict) = context.cast::<PyDict>() else {
             return Ok(None);
@@ -196,12 +260,14 @@ impl ContextHook {
         };
         if !span.get_type().is(self.non_recording.bind(py)) {
             if let Some(cached) = span.getattr_opt(self.cache_attr.bind(py))? {
-                if let Ok(a) = cached.cast::<PyActiveSpan>() {
-                    return Ok(Some(a.get().0));
+                if let Ok(a) = cached.cast_into::<PyActiveSpan>() {
+                    return Ok(Some(a));
                 }
             }
         }
-        span_from_context(&span)
+        span_from_context(&span)?
+            .map(|a| Bound::new(py, PyActiveSpan::new(a)))
+            .transpose()
     }
 }
 
@@ -238,7 +304,7 @@ impl ContextHook {
     /// `RuntimeContext.attach`: the original's, then publish.
     fn attach(&self, py: Python<'_>, context: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let token = self.attach.call1(py, (context,))?;
-        self.publish(Some(context));
+        self.publish(py, Some(context));
         Ok(token)
     }
 
@@ -251,12 +317,12 @@ impl ContextHook {
                 // context, when it was MISSING).
                 let old = token.getattr(intern!(py, "old_value"))?;
                 let old = (!old.is(missing.bind(py))).then_some(&old);
-                self.publish(old);
+                self.publish(py, old);
                 return Ok(());
             }
         }
         match self.get_current.call0(py) {
-            Ok(ctx) => self.publish(Some(ctx.bind(py))),
+            Ok(ctx) => self.publish(py, Some(ctx.bind(py))),
             Err(_) => {
                 self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -278,7 +344,7 @@ impl ContextHook {
     /// Publishes the calling thread's current context now (used once at start).
     fn publish_current(&self, py: Python<'_>) -> PyResult<()> {
         let ctx = self.get_current.call0(py)?;
-        self.publish(Some(ctx.bind(py)));
+        self.publish(py, Some(ctx.bind(py)));
         Ok(())
     }
 

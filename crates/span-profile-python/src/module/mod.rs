@@ -17,6 +17,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::NativeAgent>()?;
     m.add_class::<context::PyActiveSpan>()?;
     m.add_class::<context::ContextHook>()?;
+    m.add_class::<context::TaskTag>()?;
     m.add("CACHE_ATTR", context::CACHE_ATTR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(parse_output, m)?)?;

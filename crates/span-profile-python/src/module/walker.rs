@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::walker::{PythonVersion, PythonWalker, ThreadRegistry, WalkerConfig, WalkerCounters};
+use crate::walker::{
+    ContextCounters, ContextTarget, PythonVersion, PythonWalker, TaskNames, ThreadRegistry,
+    WalkerConfig, WalkerCounters,
+};
 
 use super::standin::{Boxed, NoSamples};
 
@@ -12,17 +15,32 @@ use super::standin::{Boxed, NoSamples};
 pub(crate) struct WalkerHandles {
     pub(crate) threads: ThreadRegistry,
     pub(crate) counters: Option<Arc<WalkerCounters>>,
+    /// Context reads (spans and task names of the running context), when enabled.
+    pub(crate) context: Option<Arc<ContextCounters>>,
+    /// Task names by id, filled by `Agent.task_tag`.
+    pub(crate) task_names: TaskNames,
 }
 
 /// The walker for `major.minor`, its handles, and a description for `stats()` (`"cpython 3.12"`
-/// or `"none: <why>"`).
-pub(crate) fn build(major: u8, minor: u8) -> (Boxed, WalkerHandles, String) {
+/// or `"none: <why>"`). With `context`, samples take their span and task name from the
+/// context running on each thread.
+pub(crate) fn build(
+    major: u8,
+    minor: u8,
+    context: Option<ContextTarget>,
+) -> (Boxed, WalkerHandles, String) {
     let version = PythonVersion::new(major, minor);
     match PythonWalker::for_current_process(version, WalkerConfig::default()) {
-        Ok(w) => {
+        Ok(mut w) => {
+            let with_context = context.is_some();
+            if let Some(target) = context {
+                w = w.with_context(target);
+            }
             let handles = WalkerHandles {
                 threads: w.registry().clone(),
                 counters: Some(w.counters().clone()),
+                context: with_context.then(|| w.context_counters().clone()),
+                task_names: w.task_names().clone(),
             };
             (Boxed(Box::new(w)), handles, format!("cpython {version}"))
         }

@@ -152,6 +152,72 @@ impl HamtTypes {
     }
 }
 
+/// `PyTypeObject.tp_name` (after `PyObject_VAR_HEAD`), every version.
+const TP_NAME: u64 = 24;
+/// How far from the bitmap node type the other node types are searched (they are adjacent
+/// static objects of Python/hamt.c).
+const TYPE_SCAN_BYTES: u64 = 16 * 1024;
+
+/// Whether the object at `addr` is a type object (`ob_type == type_type`) named `name`.
+fn is_type_named(reader: &dyn MemoryReader, addr: u64, type_type: u64, name: &str) -> bool {
+    let mut head = [0u8; 32];
+    if reader.read(addr, &mut head).is_err() || field_u64(&head, OB_TYPE) != type_type {
+        return false;
+    }
+    let mut text = [0u8; 24];
+    let want = name.as_bytes();
+    let Some(buf) = text.get_mut(..want.len() + 1) else {
+        return false;
+    };
+    reader.read(field_u64(&head, TP_NAME as usize), buf).is_ok()
+        && buf.get(..want.len()) == Some(want)
+        && buf.get(want.len()) == Some(&0)
+}
+
+impl HamtTypes {
+    /// Finds the node types without symbols (3.11 and 3.12 do not export them): the HAMT and
+    /// bitmap-node types from a live, empty `contextvars.Context()` at `empty_context` (its
+    /// root is the empty bitmap node), then the array and collision node types among the
+    /// type objects next to the bitmap node type, each checked by `ob_type == type_type`
+    /// (`id(type)`) and its `tp_name`. Runs once at start-up, with the GIL held.
+    pub fn discover(reader: &dyn MemoryReader, empty_context: u64, type_type: u64) -> Option<Self> {
+        let word = |addr: u64| -> Option<u64> {
+            let mut b = [0u8; 8];
+            reader.read(addr, &mut b).ok()?;
+            Some(u64::from_le_bytes(b))
+        };
+        let context = word(empty_context + OB_TYPE as u64)?;
+        let hamt_obj = word(empty_context + CONTEXT_VARS as u64)?;
+        let hamt = word(hamt_obj + OB_TYPE as u64)?;
+        let root = word(hamt_obj + HAMT_ROOT as u64)?;
+        let bitmap = word(root + OB_TYPE as u64)?;
+        if !is_type_named(reader, hamt, type_type, "hamt")
+            || !is_type_named(reader, bitmap, type_type, "hamt_bitmap_node")
+        {
+            return None;
+        }
+        let (mut array, mut collision) = (0, 0);
+        let start = bitmap.saturating_sub(TYPE_SCAN_BYTES);
+        let mut at = start;
+        while at < bitmap.saturating_add(TYPE_SCAN_BYTES) && (array == 0 || collision == 0) {
+            if array == 0 && is_type_named(reader, at, type_type, "hamt_array_node") {
+                array = at;
+            } else if collision == 0 && is_type_named(reader, at, type_type, "hamt_collision_node")
+            {
+                collision = at;
+            }
+            at += 8;
+        }
+        (array != 0 && collision != 0).then_some(Self {
+            context,
+            hamt,
+            bitmap,
+            array,
+            collision,
+        })
+    }
+}
+
 /// One ContextVar to look up and the type of the object it must hold.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlotVar {
