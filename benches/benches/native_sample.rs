@@ -82,5 +82,26 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+extern "C" fn empty(_sig: i32, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {}
+
+/// The kernel's part alone: queue a signal to this thread and return from an empty handler.
+/// `native_sample_depth30` minus this is the handler's and the drain's own cost.
+fn signal_round_trip(c: &mut Criterion) {
+    let sig = libc::SIGRTMAX() - 1;
+    // SAFETY: all-zero sigaction is valid; `empty` has the SA_SIGINFO signature.
+    unsafe {
+        let mut a: libc::sigaction = std::mem::zeroed();
+        a.sa_sigaction = empty as *const () as usize;
+        a.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigaction(sig, &a, std::ptr::null_mut());
+    }
+    // SAFETY: getpid/gettid cannot fail.
+    let (pid, tid) = unsafe { (libc::getpid(), libc::syscall(libc::SYS_gettid) as i32) };
+    c.bench_function("signal_round_trip_empty_handler", |b| {
+        // SAFETY: tgkill to our own thread with a signal that has a handler.
+        b.iter(|| unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, sig) })
+    });
+}
+
+criterion_group!(benches, bench, signal_round_trip);
 criterion_main!(benches);
