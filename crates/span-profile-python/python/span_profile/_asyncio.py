@@ -81,6 +81,40 @@ def _create_task(self, coro, *args, **kwargs):
         _TAG_VAR.reset(token)
 
 
+def _tasks_create_task(coro, *, name=None, **kwargs):
+    """``asyncio.create_task`` of 3.9-3.12, except that the name goes to ``loop.create_task``
+    (which takes it since 3.8) instead of being set after the task factory ran, so the task's
+    tag can carry it."""
+    import asyncio.events
+
+    loop = asyncio.events.get_running_loop()
+    return loop.create_task(coro, name=name, **kwargs)
+
+
+def _patch_module_create_task(install):
+    """Before 3.13, ``asyncio.create_task`` sets the name after creating the task; route it
+    through ``loop.create_task`` instead while an agent runs."""
+    global _ORIGINAL_MODULE_CREATE
+    import asyncio
+    import asyncio.tasks as tasks
+    import sys
+
+    if sys.version_info >= (3, 13):
+        return
+    if install:
+        if tasks.create_task is not _tasks_create_task:
+            _ORIGINAL_MODULE_CREATE = tasks.create_task
+            tasks.create_task = asyncio.create_task = _tasks_create_task
+    elif _ORIGINAL_MODULE_CREATE is not None:
+        if tasks.create_task is _tasks_create_task:
+            tasks.create_task = _ORIGINAL_MODULE_CREATE
+        if asyncio.create_task is _tasks_create_task:
+            asyncio.create_task = _ORIGINAL_MODULE_CREATE
+
+
+_ORIGINAL_MODULE_CREATE = None
+
+
 def install(native, tag_var, slot_var):
     """Tags tasks created by asyncio's own event loops (and their subclasses) for `native`,
     and hands the span slot to ``run_in_executor`` workers."""
@@ -96,6 +130,7 @@ def install(native, tag_var, slot_var):
     if loop.run_in_executor is not _run_in_executor:
         _ORIGINAL_EXECUTOR = loop.run_in_executor
         loop.run_in_executor = _run_in_executor
+    _patch_module_create_task(True)
 
 
 def uninstall():
@@ -107,6 +142,7 @@ def uninstall():
     base_events = sys.modules.get("asyncio.base_events")
     if base_events is None:
         return
+    _patch_module_create_task(False)
     loop = base_events.BaseEventLoop
     if loop.create_task is _create_task:
         loop.create_task = _ORIGINAL

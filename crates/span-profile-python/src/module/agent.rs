@@ -509,6 +509,7 @@ impl NativeAgent {
             d.set_item("context_no_span", c.no_span)?;
             d.set_item("context_tasks", c.tasks)?;
             d.set_item("context_invalid", c.invalid)?;
+            d.set_item("context_switched", c.switched)?;
         }
         Ok(d)
     }

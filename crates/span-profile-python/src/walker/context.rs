@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use span_profile_core::labels::LabelId;
-use span_profile_core::{ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId};
+use span_profile_core::{
+    ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId, WalkError,
+};
 
 use super::layout::{
     tstate_context, PythonVersion, CONTEXT_VARS, HAMT_ARRAY_ARRAY, HAMT_BITMAP_ARRAY,
@@ -291,6 +293,9 @@ pub struct ContextCounters {
     pub tasks: AtomicU64,
     /// Failed reads or validations (the sample falls back to the registry).
     pub invalid: AtomicU64,
+    /// Samples dropped because another context was entered while the stack was copied (an
+    /// asyncio task switch mid-walk): their frames and span could disagree.
+    pub switched: AtomicU64,
 }
 
 /// A snapshot of [`ContextCounters`].
@@ -307,6 +312,8 @@ pub struct ContextStats {
     pub tasks: u64,
     /// See [`ContextCounters::invalid`].
     pub invalid: u64,
+    /// See [`ContextCounters::switched`].
+    pub switched: u64,
 }
 
 impl ContextCounters {
@@ -319,6 +326,7 @@ impl ContextCounters {
             no_span: g(&self.no_span),
             tasks: g(&self.tasks),
             invalid: g(&self.invalid),
+            switched: g(&self.switched),
         }
     }
 }
@@ -336,6 +344,8 @@ pub enum ContextError {
     Invalid,
     /// Deeper than a HAMT can be.
     TooDeep,
+    /// The thread entered another context since [`ContextReader::before`].
+    Switched,
 }
 
 impl From<ReadError> for ContextError {
@@ -469,6 +479,9 @@ pub enum ContextSpan {
     Unknown,
     /// The span current in the running context (`None`: no span).
     Known(Option<ActiveSpan>),
+    /// Another context was entered while the stack was copied: the sample is dropped (and
+    /// reported as [`span_profile_core::WalkError::Vanished`]).
+    Switched,
 }
 
 /// Per-walker state of context reading: the target, a buffer for the task name, counters.
@@ -480,7 +493,12 @@ pub(crate) struct ContextReader {
     counters: Arc<ContextCounters>,
     task: NameBuf,
     has_task: bool,
+    /// `tstate->context` read before the thread's frames ([`NOT_READ`] if not read).
+    before: u64,
 }
+
+/// [`ContextReader::before`] did not read the context pointer.
+const NOT_READ: u64 = u64::MAX;
 
 impl ContextReader {
     pub(crate) fn new(version: PythonVersion) -> Self {
@@ -491,6 +509,19 @@ impl ContextReader {
             counters: Arc::default(),
             task: NameBuf::new(),
             has_task: false,
+            before: NOT_READ,
+        }
+    }
+
+    /// Remembers which context is entered on the thread before its frames are copied, so that
+    /// [`ContextReader::emit`] can drop a sample whose task switched during the walk.
+    pub(crate) fn before(&mut self, reader: &dyn MemoryReader, tstate: u64) {
+        self.before = NOT_READ;
+        if let (Some(off), Some(_)) = (self.tstate_context, self.target) {
+            let mut b = [0u8; 8];
+            if reader.read(tstate + off as u64, &mut b).is_ok() {
+                self.before = u64::from_le_bytes(b);
+            }
         }
     }
 
@@ -520,6 +551,10 @@ impl ContextReader {
                 }
                 ContextSpan::Known(span)
             }
+            Err(ContextError::Switched) => {
+                bump(&self.counters.switched);
+                ContextSpan::Switched
+            }
             Err(_) => {
                 bump(&self.counters.invalid);
                 ContextSpan::Unknown
@@ -537,6 +572,9 @@ impl ContextReader {
         let mut b = [0u8; 8];
         reader.read(tstate + off as u64, &mut b)?;
         let ctx = u64::from_le_bytes(b);
+        if self.before != NOT_READ && self.before != ctx {
+            return Err(ContextError::Switched);
+        }
         if ctx == 0 {
             // No context was ever entered or created on this thread: no ContextVar is set.
             return Ok((None, None));
@@ -591,6 +629,7 @@ impl ContextReader {
                 span,
             ),
             ContextSpan::Unknown => sink.sample(&sample),
+            ContextSpan::Switched => sink.error(WalkError::Vanished),
         }
     }
 
@@ -839,10 +878,17 @@ mod tests {
         // A context of the wrong type.
         m.mem.write_u64(ctx + 8, 0x4321);
         assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown);
+        // The thread entered another context while its frames were copied: dropped.
+        m.mem.write_u64(ctx + 8, TYPES.context);
+        r.before(&m.mem, ts_empty);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Switched);
+        r.before(&m.mem, ts);
+        assert_ne!(r.resolve(&m.mem, ts), ContextSpan::Switched);
         let s = r.counters.snapshot();
+        assert_eq!(s.switched, 1);
         assert_eq!(
             (s.lookups, s.spans, s.no_span, s.tasks, s.invalid),
-            (5, 1, 2, 2, 2)
+            (7, 1, 2, 2, 3)
         );
     }
 

@@ -614,6 +614,7 @@ impl<R: MemoryReader> PythonWalker<R> {
 
     fn walk_thread(&mut self, sink: &mut dyn StackSink, t: ThreadRef, weight: u32) {
         let l = self.layout;
+        self.ctx.before(&self.reader, t.tstate);
         let registered_native = self.registry.lookup(t.thread_id, &mut self.name);
         // The CPU clock is read before the frames: if the thread runs while they are copied,
         // the next tick sees the clock advanced and copies them again.
