@@ -112,6 +112,16 @@ fn agent_cpu(label: &str, threads: usize, busy_ms: u64, secs: f64) {
         .expect("shutdown");
     let wall = t0.elapsed().as_secs_f64();
     let samples = span_profile_native::stats().samples - before;
+    if std::env::var_os("NATIVE_DEBUG").is_some() {
+        eprintln!("{label}: {stats:?}\n{:?}", span_profile_native::stats());
+    }
+    if stats.ticks > 0 {
+        println!(
+            "  ({} sampler ticks = {:.0}/s of the 100/s asked)",
+            stats.ticks,
+            stats.ticks as f64 / wall
+        );
+    }
     let agent = (stats.sampler_cpu_ns + stats.exporter_cpu_ns) as f64 / 1e9;
     println!(
         "agent CPU {label}: sampler+export {:.2}% of a core; {} samples ({:.0}/s) taken by the \
@@ -154,7 +164,7 @@ fn efficiency(mode: Mode, secs: f64) -> f64 {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() {
@@ -164,6 +174,13 @@ fn main() {
         .collect();
     let secs: f64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(1.0);
     let rounds: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1);
+    // Symbolization of first-seen frames is a one-off cost: pay it before measuring.
+    agent_cpu(
+        "warm-up (symbolizes first-seen frames; not a figure)",
+        8,
+        10,
+        secs.min(2.0),
+    );
     agent_cpu("8 busy threads", 8, 10, secs);
     agent_cpu("64 threads (1 ms work in 10)", 64, 1, secs);
     let (mut off, mut nat, mut pp) = (vec![], vec![], vec![]);
@@ -172,6 +189,7 @@ fn main() {
         nat.push(efficiency(Mode::Native, secs));
         pp.push(efficiency(Mode::Pprof, secs));
     }
+    println!("runs: off {off:.0?}\n      native {nat:.0?}\n      pprof-rs {pp:.0?}");
     let (o, n, p) = (median(off), median(nat), median(pp));
     println!(
         "side by side ({rounds} rounds of {secs} s, medians, units per CPU-second): off {o:.0}, \
