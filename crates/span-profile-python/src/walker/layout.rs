@@ -512,6 +512,42 @@ pub(crate) fn debug_offsets_image_313() -> Vec<u8> {
     buf
 }
 
+// ---------------------------------------------------------------------------------------------
+// Contexts and HAMTs (asyncio / contextvars span attribution, read by `super::context`).
+// Measured with `offsetof` against each interpreter's headers built with `Py_BUILD_CORE`
+// (cpython/pystate.h, internal/pycore_context.h, internal/pycore_hamt.h); the node structs live
+// in Python/hamt.c and are written down from their definitions there, identical 3.9–3.13.
+// ---------------------------------------------------------------------------------------------
+
+/// `PyThreadState.context` (the `PyContext*` entered on the thread; null until first use).
+pub(crate) fn tstate_context(v: PythonVersion) -> Option<usize> {
+    match (v.major, v.minor) {
+        (3, 9) | (3, 10) => Some(240),
+        (3, 11) => Some(224),
+        (3, 12) | (3, 13) => Some(208),
+        _ => None,
+    }
+}
+
+/// `PyContext.ctx_vars` (`PyHamtObject*`), every version.
+pub(crate) const CONTEXT_VARS: usize = 24;
+/// `PyHamtObject.h_root` (`PyHamtNode*`), every version.
+pub(crate) const HAMT_ROOT: usize = 16;
+/// `PyObject_VAR_HEAD.ob_size`, every version.
+pub(crate) const OB_SIZE: usize = 16;
+/// `PyHamtNode_Bitmap.b_bitmap` (u32) and `b_array` (key/value pairs; a null key marks a
+/// sub-node in the value slot).
+pub(crate) const HAMT_BITMAP_BITMAP: usize = 24;
+pub(crate) const HAMT_BITMAP_ARRAY: usize = 32;
+/// `PyHamtNode_Array.a_array` (32 child pointers, null for empty).
+pub(crate) const HAMT_ARRAY_ARRAY: usize = 16;
+/// `PyHamtNode_Collision.c_hash` (i32) and `c_array` (key/value pairs, `ob_size` slots).
+pub(crate) const HAMT_COLLISION_HASH: usize = 24;
+pub(crate) const HAMT_COLLISION_ARRAY: usize = 32;
+/// `HAMT_MAX_TREE_DEPTH` in Python/hamt.c (32-bit hashes, 5 bits per level) plus one
+/// collision level.
+pub(crate) const HAMT_MAX_DEPTH: usize = 8;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,39 +590,3 @@ mod tests {
         assert_eq!(check_debug_offsets(&m, 0x10_000, &PY312), Ok(()));
     }
 }
-
-// ---------------------------------------------------------------------------------------------
-// Contexts and HAMTs (asyncio / contextvars span attribution, read by `super::context`).
-// Measured with `offsetof` against each interpreter's headers built with `Py_BUILD_CORE`
-// (cpython/pystate.h, internal/pycore_context.h, internal/pycore_hamt.h); the node structs live
-// in Python/hamt.c and are written down from their definitions there, identical 3.9–3.13.
-// ---------------------------------------------------------------------------------------------
-
-/// `PyThreadState.context` (the `PyContext*` entered on the thread; null until first use).
-pub(crate) fn tstate_context(v: PythonVersion) -> Option<usize> {
-    match (v.major, v.minor) {
-        (3, 9) | (3, 10) => Some(240),
-        (3, 11) => Some(224),
-        (3, 12) | (3, 13) => Some(208),
-        _ => None,
-    }
-}
-
-/// `PyContext.ctx_vars` (`PyHamtObject*`), every version.
-pub(crate) const CONTEXT_VARS: usize = 24;
-/// `PyHamtObject.h_root` (`PyHamtNode*`), every version.
-pub(crate) const HAMT_ROOT: usize = 16;
-/// `PyObject_VAR_HEAD.ob_size`, every version.
-pub(crate) const OB_SIZE: usize = 16;
-/// `PyHamtNode_Bitmap.b_bitmap` (u32) and `b_array` (key/value pairs; a null key marks a
-/// sub-node in the value slot).
-pub(crate) const HAMT_BITMAP_BITMAP: usize = 24;
-pub(crate) const HAMT_BITMAP_ARRAY: usize = 32;
-/// `PyHamtNode_Array.a_array` (32 child pointers, null for empty).
-pub(crate) const HAMT_ARRAY_ARRAY: usize = 16;
-/// `PyHamtNode_Collision.c_hash` (i32) and `c_array` (key/value pairs, `ob_size` slots).
-pub(crate) const HAMT_COLLISION_HASH: usize = 24;
-pub(crate) const HAMT_COLLISION_ARRAY: usize = 32;
-/// `HAMT_MAX_TREE_DEPTH` in Python/hamt.c (32-bit hashes, 5 bits per level) plus one
-/// collision level.
-pub(crate) const HAMT_MAX_DEPTH: usize = 8;
