@@ -20,9 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use span_profile_core::labels::LabelId;
-use span_profile_core::{
-    ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId, WalkError,
-};
+use span_profile_core::{ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId};
 
 use super::layout::{
     tstate_context, PythonVersion, CONTEXT_VARS, HAMT_ARRAY_ARRAY, HAMT_BITMAP_ARRAY,
@@ -479,8 +477,8 @@ pub enum ContextSpan {
     Unknown,
     /// The span current in the running context (`None`: no span).
     Known(Option<ActiveSpan>),
-    /// Another context was entered while the stack was copied: the sample is dropped (and
-    /// reported as [`span_profile_core::WalkError::Vanished`]).
+    /// Another context was entered while the stack was copied: the sample is dropped and
+    /// counted in [`ContextCounters::switched`].
     Switched,
 }
 
@@ -572,7 +570,8 @@ impl ContextReader {
         let mut b = [0u8; 8];
         reader.read(tstate + off as u64, &mut b)?;
         let ctx = u64::from_le_bytes(b);
-        if self.before != NOT_READ && self.before != ctx {
+        // A thread's first context is created lazily (null before): not a switch.
+        if self.before != NOT_READ && self.before != 0 && self.before != ctx {
             return Err(ContextError::Switched);
         }
         if ctx == 0 {
@@ -629,7 +628,8 @@ impl ContextReader {
                 span,
             ),
             ContextSpan::Unknown => sink.sample(&sample),
-            ContextSpan::Switched => sink.error(WalkError::Vanished),
+            // Counted in `ContextCounters::switched` (`stats()["context_switched"]`).
+            ContextSpan::Switched => {}
         }
     }
 
@@ -880,15 +880,21 @@ mod tests {
         assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown);
         // The thread entered another context while its frames were copied: dropped.
         m.mem.write_u64(ctx + 8, TYPES.context);
-        r.before(&m.mem, ts_empty);
+        let mut other = vec![0u64; off / 8 + 2];
+        other[off / 8] = 0x7777_0000; // another context (only compared)
+        let ts_other = m.alloc(&other);
+        r.before(&m.mem, ts_other);
         assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Switched);
+        // A thread's first context, created lazily, is not a switch.
+        r.before(&m.mem, ts_empty);
+        assert_ne!(r.resolve(&m.mem, ts), ContextSpan::Switched);
         r.before(&m.mem, ts);
         assert_ne!(r.resolve(&m.mem, ts), ContextSpan::Switched);
         let s = r.counters.snapshot();
         assert_eq!(s.switched, 1);
         assert_eq!(
             (s.lookups, s.spans, s.no_span, s.tasks, s.invalid),
-            (7, 1, 2, 2, 3)
+            (8, 1, 2, 2, 4)
         );
     }
 
