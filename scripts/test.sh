@@ -61,6 +61,11 @@ else
 fi
 done_stage
 
+step "native walker with frame pointers (full call paths)"
+RUSTFLAGS="$RUSTFLAGS -C force-frame-pointers=yes" CARGO_TARGET_DIR="$ROOT/target/fp" \
+    cargo test -p span-profile-native --release
+done_stage
+
 step "doctests"
 cargo test --workspace --doc "${FEATURES[@]}"
 done_stage
