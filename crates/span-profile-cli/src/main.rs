@@ -14,6 +14,7 @@ mod compact;
 mod diff;
 mod flame;
 mod link;
+mod overhead;
 mod routes;
 mod select;
 mod spans;
@@ -110,6 +111,12 @@ enum Command {
         #[command(flatten)]
         args: compact::CompactArgs,
     },
+    /// What the agent costs on your workload: runs `python app.py ARGS` alternately without
+    /// and with the agent (and peer profilers); exits 1 if the agent went over budget.
+    Overhead {
+        #[command(flatten)]
+        args: overhead::OverheadArgs,
+    },
 }
 
 fn main() -> ExitCode {
@@ -128,6 +135,7 @@ fn main() -> ExitCode {
         Command::Flame { dir, args } => with_store(dir, threads, |s| flame::run(s, args, json)),
         Command::Link { args } => link::run(args, json).map(|()| 0),
         Command::Compact { dir, args } => with_store(dir, threads, |s| compact::run(s, args, json)),
+        Command::Overhead { args } => overhead::run(args, json),
     };
     match result {
         Ok(code) => ExitCode::from(code),
