@@ -4,11 +4,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::labels::{LabelId, LabelValues};
+use crate::mixhash::MixBuild as FxBuild;
 use crate::spans::WindowSpans;
 use crate::{
     Frame, FrameIndex, Profile, ProfileSample, RawFrame, Resource, SpanContext, Stack, WindowStats,
 };
-use rustc_hash::FxBuildHasher as FxBuild;
 
 /// Limits of one window.
 #[derive(Debug, Clone, Copy)]

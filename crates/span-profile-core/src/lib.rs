@@ -30,6 +30,7 @@ mod id;
 mod key;
 pub mod labels;
 mod merge;
+mod mixhash;
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel;
