@@ -26,13 +26,14 @@ def make_burner(name):
 
 
 def make_sync_burner(name):
-    """`def <name>(seconds)`: burns CPU in a frame called `name` (for worker threads)."""
+    """`def <name>(seconds)`: burns `seconds` of the calling thread's CPU in a frame called
+    `name` (for worker threads; CPU time, so a loaded machine still yields samples)."""
     ns = {"time": time}
     exec(
         "def %s(seconds):\n"
-        "    end = time.perf_counter() + seconds\n"
+        "    end = time.thread_time() + seconds\n"
         "    x = 0\n"
-        "    while time.perf_counter() < end:\n"
+        "    while time.thread_time() < end:\n"
         "        for i in range(200):\n"
         "            x += i * i\n"
         "    return x\n" % name,
