@@ -97,6 +97,8 @@ pub(crate) struct CodeCache {
     by_addr: AddrMap<u32>,
     capacity: usize,
     pub(crate) events: CacheEvents,
+    /// The walker's current tick (set before each walk), stamped on checked entries.
+    pub(crate) tick: u64,
 }
 
 impl CodeCache {
@@ -107,6 +109,7 @@ impl CodeCache {
             by_addr: AddrMap::with_capacity_and_hasher(initial, Default::default()),
             capacity,
             events: CacheEvents::default(),
+            tick: 0,
         }
     }
 
@@ -114,8 +117,10 @@ impl CodeCache {
         self.entries.len()
     }
 
-    /// The entry for `addr` if its header was checked within [`REVALIDATE_TICKS`] of `tick`.
-    pub(crate) fn recent(&self, addr: u64, tick: u64) -> Option<u32> {
+    /// The entry for `addr` if its header was checked within [`REVALIDATE_TICKS`] of the
+    /// current tick.
+    pub(crate) fn recent(&self, addr: u64) -> Option<u32> {
+        let tick = self.tick;
         let &idx = self.by_addr.get(&addr)?;
         let e = self.entries.get(idx as usize)?;
         (tick.wrapping_sub(e.checked) < REVALIDATE_TICKS).then_some(idx)
@@ -131,8 +136,8 @@ impl CodeCache {
         limits: CopyLimits,
         addr: u64,
         header: &[u8],
-        tick: u64,
     ) -> Result<Resolved, ObjectError> {
+        let tick = self.tick;
         if !type_matches(types.code, header) {
             return Err(ObjectError::WrongType);
         }

@@ -17,8 +17,10 @@
 //! reported again (off CPU) without reading frames. Otherwise, on 3.11+, the live part of the
 //! thread's data-stack chunk is copied in one read and the frames in it are walked from that
 //! copy; frames outside it (generators, coroutines, C-stack shims, 3.9/3.10 frame objects) are
-//! read one by one. The headers of all the stack's code objects are then read in one batched
-//! `process_vm_readv`. A code object seen for the first time has its names and line table
+//! read one by one, except that the ones the thread's previous walk had to read are prefetched
+//! together in one batched read. The headers of the stack's code objects are then read in one
+//! batched `process_vm_readv`; a header that matched the cache within the last 32 ticks is not
+//! read again (a running frame keeps its code object alive). A code object seen for the first time has its names and line table
 //! copied into the walker's cache (the only allocations, with the per-thread stack buffers:
 //! warm-up); afterwards a frame costs a line-table lookup in local memory. Threads (256),
 //! frames (128), interpreters (16), string lengths (1024 characters), line tables (256 KiB)

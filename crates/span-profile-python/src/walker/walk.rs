@@ -860,7 +860,7 @@ impl<R: MemoryReader> PythonWalker<R> {
         // others are read together in one batched read.
         self.code_addrs.clear();
         for s in &self.slots {
-            if self.cache.recent(s.code, self.tick).is_none() {
+            if self.cache.recent(s.code).is_none() {
                 self.code_addrs.push(s.code);
             }
         }
@@ -879,7 +879,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             let Some(&slot) = self.slots.get(i) else {
                 return Err(ThreadFailure::Invalid);
             };
-            if let Some(idx) = self.cache.recent(slot.code, self.tick) {
+            if let Some(idx) = self.cache.recent(slot.code) {
                 if self.code_addrs.get(next_read) != Some(&slot.code) {
                     let line = match slot.line {
                         Some(line) => line,
@@ -908,7 +908,6 @@ impl<R: MemoryReader> PythonWalker<R> {
                 limits,
                 slot.code,
                 header,
-                self.tick,
             );
             self.flush_cache_events();
             let raw = match resolved {
@@ -980,6 +979,7 @@ impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
     fn walk(&mut self, sink: &mut dyn StackSink) {
         bump(&self.counters.ticks, 1);
         self.tick = self.tick.wrapping_add(1);
+        self.cache.tick = self.tick;
         self.walk_all(sink);
         self.cpu.end_tick();
     }
