@@ -75,7 +75,7 @@ pub fn parse_output(output: &str) -> Result<Output, OutputError> {
     let inner = |s: &str| format!("{s}://{rest}");
     match scheme_lc.as_str() {
         "file" if rest.starts_with('/') => Ok(Output::Dir(PathBuf::from(rest))),
-        "file" => Err(OutputError::RelativeFileUrl(trimmed.to_string())),
+        "file" => Err(OutputError::RelativeFileUrl(strip_userinfo(trimmed))),
         "pyroscope+http" => Ok(Output::Pyroscope(inner("http"))),
         "pyroscope+https" => Ok(Output::Pyroscope(inner("https"))),
         "otlp+http" => Ok(Output::Otlp(inner("http"))),
@@ -131,5 +131,18 @@ pub fn exporter_for_output(
             output: strip_userinfo(output.trim()),
             feature: "otlp",
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_file_url_does_not_echo_its_credentials() {
+        // Found by the output_url fuzz target.
+        let err = parse_output("file://user:hunter2@host/x").unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(err.contains("absolute path"), "{err}");
     }
 }
