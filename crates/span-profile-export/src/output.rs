@@ -141,7 +141,9 @@ mod tests {
     #[test]
     fn a_bad_file_url_does_not_echo_its_credentials() {
         // Found by the output_url fuzz target.
-        let err = parse_output("file://user:hunter2@host/x").unwrap_err().to_string();
+        let err = parse_output("file://user:hunter2@host/x")
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("hunter2"), "{err}");
         assert!(err.contains("absolute path"), "{err}");
     }
