@@ -109,6 +109,8 @@ impl Resource {
         let mut r = Resource::default();
         for (k, v) in pairs {
             match k.as_str() {
+                // An empty name is no name: keep `unknown_service` (backends reject "").
+                "service.name" if v.trim().is_empty() => {}
                 "service.name" => r.service = v,
                 "service.version" => r.version = Some(v),
                 "deployment.environment" | "deployment.environment.name" => r.environment = Some(v),
@@ -324,6 +326,9 @@ mod tests {
         let (r, _) = Resource::from_vars(Some("checkout"), Some("service.name=other"));
         assert_eq!(r.service, "checkout");
         let (r, _) = Resource::from_vars(Some("  "), None);
+        assert_eq!(r.service, "unknown_service");
+        // Found by the labels fuzz target: an empty attribute used to give service "".
+        let (r, _) = Resource::from_vars(Some(""), Some("service.name=,x=1"));
         assert_eq!(r.service, "unknown_service");
     }
 
