@@ -325,7 +325,6 @@ impl ProfilerBuilder {
         }
         let counters = Arc::new(Counters::default());
         let (win_tx, win_rx) = bounded::<Arc<Profile>>(self.export_queue);
-        let (ctl_tx, ctl_rx) = bounded::<()>(1);
         let (done_tx, done_rx) = bounded::<()>(1);
         let stopping = Arc::new(AtomicBool::new(false));
 
@@ -352,7 +351,7 @@ impl ProfilerBuilder {
             counters: counters.clone(),
             win_tx,
             win_rx,
-            ctl_rx,
+            stop: stopping.clone(),
             pending_dropped_windows: 0,
             tick_interval_ns: 0,
             tick_samples: 0,
@@ -367,7 +366,6 @@ impl ProfilerBuilder {
             registry: self.registry,
             spans: self.spans,
             counters,
-            ctl_tx,
             done_rx,
             stopping,
             threads: Mutex::new(Some((sampler_thread, exporter_thread))),
@@ -381,7 +379,6 @@ pub struct Profiler {
     registry: Arc<ActiveSpanRegistry>,
     spans: Arc<SpanTable>,
     counters: Arc<Counters>,
-    ctl_tx: Sender<()>,
     done_rx: Receiver<()>,
     stopping: Arc<AtomicBool>,
     threads: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
@@ -434,9 +431,16 @@ impl Profiler {
             return Err(ExportError::AlreadyShutdown);
         }
         let deadline = Instant::now() + timeout;
-        // The control channel has room for one message and only shutdown sends, so this
-        // cannot block; a disconnected sampler (it panicked) is simply already stopped.
-        let _ = self.ctl_tx.try_send(());
+        // Release: the sampler's Acquire load of `stopping` then sees a completed request.
+        // Unpark wakes it from its sleep until the next tick.
+        if let Some((sampler, _)) = self
+            .threads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            sampler.thread().unpark();
+        }
         let result = match self.done_rx.recv_deadline(deadline) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => Ok(self.stats()),
             Err(RecvTimeoutError::Timeout) => Err(ExportError::Timeout(timeout)),
@@ -483,7 +487,8 @@ struct Sampler {
     counters: Arc<Counters>,
     win_tx: Sender<Arc<Profile>>,
     win_rx: Receiver<Arc<Profile>>,
-    ctl_rx: Receiver<()>,
+    /// Set by shutdown (or the Profiler's drop); the sampler closes its last window and exits.
+    stop: Arc<AtomicBool>,
     pending_dropped_windows: u64,
     tick_interval_ns: u64,
     tick_samples: u64,
@@ -522,8 +527,20 @@ impl Sampler {
         let mut next = Instant::now() + interval;
         let mut last_tick = Instant::now();
         let mut ticks_in_window = 0u64;
-        // Anything but a timeout (shutdown, or the Profiler handle is gone) ends the loop.
-        while let Err(RecvTimeoutError::Timeout) = self.ctl_rx.recv_deadline(next) {
+        // Sleep until each tick with park_timeout, not a channel wait: channels spin and yield
+        // before blocking, which costs the sampler CPU on every tick. Shutdown unparks.
+        'ticks: loop {
+            loop {
+                // Acquire: pairs with the Release swap in `shutdown_with_timeout`.
+                if self.stop.load(Ordering::Acquire) {
+                    break 'ticks;
+                }
+                let now = Instant::now();
+                if now >= next {
+                    break;
+                }
+                thread::park_timeout(next - now);
+            }
             let now = Instant::now();
             let elapsed = now.duration_since(last_tick);
             last_tick = now;
@@ -842,7 +859,6 @@ impl SamplerHarness {
         rate_hz: u32,
     ) -> Self {
         let (win_tx, win_rx) = bounded(1);
-        let (_ctl_tx, ctl_rx) = bounded(1);
         let interval = Duration::from_nanos(1_000_000_000 / u64::from(rate_hz.max(1)));
         Self {
             sampler: Sampler {
@@ -857,7 +873,7 @@ impl SamplerHarness {
                 counters: Arc::new(Counters::default()),
                 win_tx,
                 win_rx,
-                ctl_rx,
+                stop: Arc::new(AtomicBool::new(false)),
                 pending_dropped_windows: 0,
                 tick_interval_ns: interval.as_nanos() as u64,
                 tick_samples: 0,
