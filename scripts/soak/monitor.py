@@ -3,15 +3,18 @@
 whether RSS, open file descriptors and the agent's CPU stayed flat.
 
     monitor.py PID CSV [--interval 10] [--warmup-s 120] [--tolerance 0.10]
+    monitor.py 0 CSV                 # judge an earlier run's CSV again
 
 Columns: t_s (since start), rss_kb (VmRSS), fds (entries in /proc/PID/fd), threads,
 agent_cpu_pct (CPU of the agent's threads, "span-profile-*", over the last interval, as a
-percentage of one core), process_cpu_pct (the whole process, same unit).
+percentage of one core), process_cpu_pct (the whole process, same unit). The verdict also
+judges agent_share_pct, the agent's CPU as a share of the process's (load on a shared machine
+moves both together).
 
 Flat means: after the warm-up, the mean of the last third of the samples is within the
 tolerance (default 10%) of the mean of the first third; for small values an absolute slack
 applies as well (2 fds, 0.2 percentage points of CPU, 1 MiB of RSS), so that a value of 3 vs 4
-does not count as 33% growth. Exit status: 0 if all three are flat, 1 if not, 2 if there were
+does not count as 33% growth. Exit status: 0 if all are flat, 1 if not, 2 if there were
 too few samples to judge.
 """
 import argparse
@@ -86,7 +89,11 @@ def judge(rows, warmup_s, tolerance):
         return 2
     third = len(body) // 3
     first, last = body[:third], body[-third:]
-    checks = [("rss_kb", 1024), ("fds", 2), ("agent_cpu_pct", 0.2)]
+    for r in rows:
+        # The agent's CPU as a share of the whole process's: flat even when a busy machine
+        # gives the whole process less CPU in one third than in another.
+        r["agent_share_pct"] = 100.0 * r["agent_cpu_pct"] / r["process_cpu_pct"] if r["process_cpu_pct"] else 0.0
+    checks = [("rss_kb", 1024), ("fds", 2), ("agent_cpu_pct", 0.2), ("agent_share_pct", 0.5)]
     ok = True
     print("%-15s %14s %14s %9s  %s" % ("metric", "first third", "last third", "change", "verdict"))
     for key, slack in checks:
@@ -111,6 +118,11 @@ def main():
     ap.add_argument("--tolerance", type=float, default=0.10)
     args = ap.parse_args()
 
+    if args.pid == 0:
+        # Judge an earlier run's CSV again: monitor.py 0 soak.csv
+        with open(args.csv) as f:
+            rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        sys.exit(judge(rows, args.warmup_s, args.tolerance))
     rows = []
     start = time.monotonic()
     prev = None
