@@ -5,7 +5,8 @@
 #   2. cargo fmt --check and clippy -D warnings on every target and feature;
 #   3. the Rust tests (nextest, each test in its own process) and the doctests;
 #   4. the criterion benches once each, as a smoke test (not timed);
-#   5. the Python specs on every CPython 3.9-3.13 (scripts/test-python.sh).
+#   5. the Python specs on every CPython 3.9-3.13 (scripts/test-python.sh), run before the
+#      Rust tests because those use the venvs it builds.
 #
 #   scripts/test.sh              # everything
 #   SKIP_PYTHON=1 scripts/test.sh
@@ -52,6 +53,14 @@ step "cargo clippy (all targets, all features) -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 done_stage
 
+# The Python specs first: they build the span_profile wheel and the venvs under target/venvs
+# that some Rust tests use (the `overhead` command's end-to-end test).
+if [[ -z "${SKIP_PYTHON:-}" ]]; then
+    step "Python specs on CPython 3.9-3.13"
+    scripts/test-python.sh
+    done_stage
+fi
+
 step "Rust tests"
 FEATURES=(--features span-profile-core/otel)
 if cargo nextest --version >/dev/null 2>&1; then
@@ -74,11 +83,6 @@ step "bench smoke (each bench once, untimed)"
 cargo test -p span-profile-benches --benches
 done_stage
 
-if [[ -z "${SKIP_PYTHON:-}" ]]; then
-    step "Python specs on CPython 3.9-3.13"
-    scripts/test-python.sh
-    done_stage
-fi
 
 
 # ---- fuzz smoke (issue 9, reliability) --------------------------------------------------------
