@@ -106,9 +106,11 @@ fn window() -> Profile {
     let threads: Vec<Arc<str>> = (0..8).map(|i| Arc::from(format!("worker-{i}"))).collect();
     let spans: Vec<SpanContext> = (1..=500u64)
         .map(|i| SpanContext {
-            trace_id: TraceId::from_u128(u128::from(i) * 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834)
-                .expect("nonzero"),
-            span_id: SpanId::from_u64(i * 0x2545_f491_4f6c_dd1d).expect("nonzero"),
+            trace_id: TraceId::from_u128(
+                u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834),
+            )
+            .expect("nonzero"),
+            span_id: SpanId::from_u64(i.wrapping_mul(0x2545_f491_4f6c_dd1d)).expect("nonzero"),
             local_root_span_id: SpanId::from_u64((i / 4 + 1) * 0x1000_0001).expect("nonzero"),
         })
         .collect();
