@@ -72,7 +72,7 @@ done_stage
 
 step "native walker with frame pointers (full call paths)"
 RUSTFLAGS="$RUSTFLAGS -C force-frame-pointers=yes" CARGO_TARGET_DIR="$ROOT/target/fp" \
-    cargo test -p span-profile-native --release
+    cargo test -p span-profile-native
 done_stage
 
 step "doctests"
