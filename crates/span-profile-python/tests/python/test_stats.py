@@ -19,7 +19,9 @@ def test_counters_move_and_survive_stop(agent, tracer):
     assert s["spans_ended"] == before["spans_ended"] + 10
     assert s["context_publishes"] >= before["context_publishes"] + 20  # an attach and a detach each
     assert s["ticks"] > 0 and s["samples"] > 0
-    assert s["hook_errors"] == 0 and s["walk_errors"] == 0
+    assert s["hook_errors"] == 0
+    # A walk racing a running thread may tear and is counted; it must stay rare.
+    assert s["walk_errors"] <= 2, s
     assert s["registry_active_keys"] == 0  # nothing is current any more
     agent.stop()
     after = span_profile.stats()
