@@ -51,7 +51,7 @@ pub use labels::Resource;
 pub use merge::{merge_windows, MergeError, WindowMerger};
 pub use profile::{Profile, ProfileSample, SpanRecord, WindowStats};
 pub use registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
-pub use runtime::{thread_cpu_ns, Profiler, ProfilerBuilder, ProfilerStats, StartError};
+pub use runtime::{Profiler, ProfilerBuilder, ProfilerStats, StartError};
 pub use spans::{SpanStart, SpanTable, SpanTableLimits, WindowSpans};
 pub use walker::{RawSample, StackSink, StackWalker, WalkError};
 

@@ -751,7 +751,8 @@ fn export_loop(
     counters: Arc<Counters>,
     done: Sender<()>,
 ) {
-    let mut cpu_last = thread_cpu_ns();
+    let clock = ThreadCpuClock::for_current_thread();
+    let mut cpu_last = clock.now_ns();
     let mut errors_since_last = 0u64;
     while let Ok(window) = rx.recv() {
         let carried = std::mem::take(&mut errors_since_last);
@@ -782,7 +783,7 @@ fn export_loop(
             // reported either: carry them on to the next window.
             errors_since_last += carried;
         }
-        let cpu = thread_cpu_ns();
+        let cpu = clock.now_ns();
         let used = cpu.saturating_sub(cpu_last);
         counters.exporter_cpu_ns.fetch_add(used, Ordering::Relaxed);
         counters
@@ -823,15 +824,6 @@ pub(crate) fn block_on_timeout<F: Future>(fut: F, timeout: Duration) -> Option<F
         }
         thread::park_timeout(deadline - now);
     }
-}
-
-/// CPU time of the calling thread in nanoseconds (Linux: `/proc/thread-self/schedstat`;
-/// elsewhere 0).
-pub fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Drives the sampler's per-tick path on the calling thread, for allocation tests, fuzzing
