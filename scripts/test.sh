@@ -33,17 +33,26 @@ if ((${#need_apt[@]})); then
     fi
 fi
 
-# py-spy is the independent oracle of the CPython walker's Rust tests (walker_real.rs).
-if [[ -z "${PY_SPY:-}" ]]; then
-    tools="$ROOT/target/venvs/tools"
-    if [[ ! -x "$tools/bin/py-spy" ]]; then
-        step "installing py-spy into $tools"
-        py="$(ls -d "${PYENV_ROOT:-/root/.pyenv}"/versions/3.1[1-3].*/bin/python 2>/dev/null | head -1)"
-        "${py:-python3}" -m venv "$tools"
-        "$tools/bin/python" -m pip install --quiet --disable-pip-version-check py-spy
+# Independent parties the tests check against, each in its own venv made by a 3.11+ CPython
+# (the Python matrix also runs under 3.9, which these packages no longer support):
+#   tools: py-spy, the oracle of the CPython walker's Rust tests (walker_real.rs);
+#   otlp:  opentelemetry-proto, the decoder behind the OTLP receiver (Rust and Python tests).
+base_py="$(ls -d "${PYENV_ROOT:-/root/.pyenv}"/versions/3.1[1-3].*/bin/python 2>/dev/null | head -1)"
+base_py="${base_py:-python3}"
+tool_venv() { # name file-it-must-have package...
+    local dir="$ROOT/target/venvs/$1" must="$2"
+    shift 2
+    if ! compgen -G "$dir/$must" >/dev/null; then
+        step "installing $* into $dir"
+        "$base_py" -m venv --clear "$dir"
+        "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
     fi
-    export PY_SPY="$tools/bin/py-spy"
+}
+if [[ -z "${PY_SPY:-}" ]]; then
+    tool_venv tools bin/py-spy py-spy
+    export PY_SPY="$ROOT/target/venvs/tools/bin/py-spy"
 fi
+tool_venv otlp "lib/python3.1*/site-packages/opentelemetry/proto" "opentelemetry-proto==1.45.2"
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

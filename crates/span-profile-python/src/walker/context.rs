@@ -291,8 +291,9 @@ pub struct ContextCounters {
     pub tasks: AtomicU64,
     /// Failed reads or validations (the sample falls back to the registry).
     pub invalid: AtomicU64,
-    /// Samples dropped because another context was entered while the stack was copied (an
-    /// asyncio task switch mid-walk): their frames and span could disagree.
+    /// Samples dropped because another context was entered (an asyncio task switch), or a
+    /// variable of the entered context was set (a span entered or left), while the stack was
+    /// copied: their frames and span could disagree.
     pub switched: AtomicU64,
 }
 
@@ -477,8 +478,8 @@ pub enum ContextSpan {
     Unknown,
     /// The span current in the running context (`None`: no span).
     Known(Option<ActiveSpan>),
-    /// Another context was entered while the stack was copied: the sample is dropped and
-    /// counted in [`ContextCounters::switched`].
+    /// Another context was entered, or a variable of the entered one was set, while the
+    /// stack was copied: the sample is dropped and counted in [`ContextCounters::switched`].
     Switched,
 }
 
@@ -493,6 +494,19 @@ pub(crate) struct ContextReader {
     has_task: bool,
     /// `tstate->context` read before the thread's frames ([`NOT_READ`] if not read).
     before: u64,
+    /// That context's `ctx_vars` (its HAMT), read in the same syscall when the context was
+    /// the one last seen on the thread ([`NOT_READ`] otherwise).
+    before_vars: u64,
+    /// The context last seen on each thread state, direct-mapped: lets [`ContextReader::before`]
+    /// read `tstate->context` and that context's `ctx_vars` in one batched read.
+    last_ctx: Box<[(u64, u64); CTX_CACHE]>,
+}
+
+/// Entries of [`ContextReader::last_ctx`] (a miss only costs the `ctx_vars` check).
+const CTX_CACHE: usize = 256;
+
+fn ctx_slot(tstate: u64) -> usize {
+    (tstate.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % CTX_CACHE
 }
 
 /// [`ContextReader::before`] did not read the context pointer.
@@ -508,19 +522,73 @@ impl ContextReader {
             task: NameBuf::new(),
             has_task: false,
             before: NOT_READ,
+            before_vars: NOT_READ,
+            last_ctx: Box::new([(0, 0); CTX_CACHE]),
         }
     }
 
-    /// Remembers which context is entered on the thread before its frames are copied, so that
-    /// [`ContextReader::emit`] can drop a sample whose task switched during the walk.
+    /// Remembers which context is entered on the thread, and which variables it holds,
+    /// before its frames are copied, so that [`ContextReader::emit`] can drop a sample whose
+    /// span or task changed during the walk: another context entered (an asyncio task
+    /// switch) or a variable set in the same context (a span entered or left on a thread).
+    ///
+    /// One syscall: `tstate->context` and the `ctx_vars` of the context last seen on the
+    /// thread are read together; the second is used only if the first matches it.
     pub(crate) fn before(&mut self, reader: &dyn MemoryReader, tstate: u64) {
-        self.before = NOT_READ;
-        if let (Some(off), Some(_)) = (self.tstate_context, self.target) {
-            let mut b = [0u8; 8];
-            if reader.read(tstate + off as u64, &mut b).is_ok() {
-                self.before = u64::from_le_bytes(b);
+        self.forget_before();
+        let Some(off) = self.context_offset() else {
+            return;
+        };
+        let mut b = [0u8; 8];
+        match self.last_context(tstate) {
+            Some(seen) => {
+                let mut v = [0u8; 8];
+                let (ctx_read, vars_read) = reader.read_pair(
+                    tstate + off as u64,
+                    &mut b,
+                    seen + CONTEXT_VARS as u64,
+                    &mut v,
+                );
+                if ctx_read.is_ok() {
+                    let vars = vars_read.is_ok().then(|| u64::from_le_bytes(v));
+                    self.observe_before(tstate, u64::from_le_bytes(b), vars);
+                }
+            }
+            None => {
+                if reader.read(tstate + off as u64, &mut b).is_ok() {
+                    self.observe_before(tstate, u64::from_le_bytes(b), None);
+                }
             }
         }
+    }
+
+    /// Where `tstate->context` is, when contexts are read (`None`: they are not).
+    pub(crate) fn context_offset(&self) -> Option<usize> {
+        self.target.and(self.tstate_context)
+    }
+
+    /// The context last seen entered on `tstate`, whose `ctx_vars` a caller of
+    /// [`ContextReader::observe_before`] may read in the same syscall as the thread state.
+    pub(crate) fn last_context(&self, tstate: u64) -> Option<u64> {
+        let (seen_ts, seen_ctx) = self.last_ctx[ctx_slot(tstate)];
+        (seen_ts == tstate && seen_ctx != 0).then_some(seen_ctx)
+    }
+
+    /// Records what the caller read before copying the frames: `ctx`, the thread's
+    /// `tstate->context`, and `vars`, the `ctx_vars` of [`ContextReader::last_context`] read at
+    /// the same time (used only if `ctx` is that context).
+    pub(crate) fn observe_before(&mut self, tstate: u64, ctx: u64, vars: Option<u64>) {
+        self.before = ctx;
+        self.before_vars = match vars {
+            Some(v) if self.last_context(tstate) == Some(ctx) => v,
+            _ => NOT_READ,
+        };
+    }
+
+    /// Nothing was read before the frames: no switch can be detected for this sample.
+    pub(crate) fn forget_before(&mut self) {
+        self.before = NOT_READ;
+        self.before_vars = NOT_READ;
     }
 
     /// The span and task of the context entered on the thread state at `tstate`. Never
@@ -561,7 +629,7 @@ impl ContextReader {
     }
 
     fn lookup(
-        &self,
+        &mut self,
         reader: &dyn MemoryReader,
         tstate: u64,
         off: usize,
@@ -586,6 +654,12 @@ impl ContextReader {
         let hamt = field_u64(&c, CONTEXT_VARS);
         if hamt == 0 {
             return Err(ContextError::Invalid);
+        }
+        self.last_ctx[ctx_slot(tstate)] = (tstate, ctx);
+        // A variable was set in this context while the frames were copied (the HAMT is
+        // immutable, so every set installs a new one): the span may not match the frames.
+        if self.before_vars != NOT_READ && self.before_vars != hamt {
+            return Err(ContextError::Switched);
         }
         let mut h = [0u8; HAMT_ROOT + 8];
         reader.read(hamt, &mut h)?;
@@ -890,11 +964,19 @@ mod tests {
         assert_ne!(r.resolve(&m.mem, ts), ContextSpan::Switched);
         r.before(&m.mem, ts);
         assert_ne!(r.resolve(&m.mem, ts), ContextSpan::Switched);
+        // Same context, but a span was entered or left while the frames were copied (every
+        // ContextVar.set installs a new HAMT): dropped too.
+        r.before(&m.mem, ts);
+        m.mem.write_u64(ctx + CONTEXT_VARS as u64, 0x8888_0000);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Switched);
+        m.mem.write_u64(ctx + CONTEXT_VARS as u64, hamt);
+        r.before(&m.mem, ts);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown); // the slot's magic is still 0
         let s = r.counters.snapshot();
-        assert_eq!(s.switched, 1);
+        assert_eq!(s.switched, 2);
         assert_eq!(
             (s.lookups, s.spans, s.no_span, s.tasks, s.invalid),
-            (8, 1, 2, 2, 4)
+            (10, 1, 2, 2, 5)
         );
     }
 

@@ -10,7 +10,9 @@ use span_profile_core::{
 
 use super::code::{CodeCache, CopyLimits, Resolved, UNKNOWN_CODE_ID};
 use super::context::ContextReader;
-use super::layout::{check_debug_offsets, FrameKind, Layout, LayoutError, PythonVersion};
+use super::layout::{
+    check_debug_offsets, FrameKind, Layout, LayoutError, PythonVersion, CONTEXT_VARS,
+};
 use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ProcessVmReader, ReadError};
 use super::objects::{type_matches, ObjectError, TypeAddresses};
 use super::threads::{
@@ -612,15 +614,63 @@ impl<R: MemoryReader> PythonWalker<R> {
         Ok(seen)
     }
 
-    fn walk_thread(&mut self, sink: &mut dyn StackSink, t: ThreadRef, weight: u32) {
+    /// Before a thread's frames are copied: when contexts are read, re-reads its frame
+    /// pointer (and data-stack bounds) together with `tstate->context` and that context's
+    /// variables, in one syscall. The span read after the copy is then compared with a
+    /// context read at the same instant as the frame pointer the copy starts from, so a
+    /// span entered or left in between drops the sample instead of mislabelling it.
+    fn refresh_before_walk(&mut self, t: &mut ThreadRef) {
         let l = self.layout;
-        self.ctx.before(&self.reader, t.tstate);
+        let Some(ctx_off) = self.ctx.context_offset() else {
+            self.ctx.forget_before();
+            return;
+        };
+        let (mut lo, mut hi) = (ctx_off.min(l.tstate_frame), ctx_off.max(l.tstate_frame));
+        if let Some((c, top)) = l.tstate_datastack {
+            lo = lo.min(c).min(top);
+            hi = hi.max(c).max(top);
+        }
+        let mut buf = [0u8; TSTATE_BUF];
+        let Some(b) = buf.get_mut(..hi + 8 - lo) else {
+            // Fields too far apart for one read (no known layout): context only.
+            return self.ctx.before(&self.reader, t.tstate);
+        };
+        let guess = self.ctx.last_context(t.tstate);
+        let mut v = [0u8; 8];
+        let (read, vars) = match guess {
+            Some(ctx) => {
+                self.reader
+                    .read_pair(t.tstate + lo as u64, b, ctx + CONTEXT_VARS as u64, &mut v)
+            }
+            None => (
+                self.reader.read(t.tstate + lo as u64, b),
+                Err(ReadError::Invalid),
+            ),
+        };
+        if read.is_err() {
+            self.ctx.forget_before();
+            return;
+        }
+        let ctx = field_u64(b, ctx_off - lo);
+        t.frame_field = field_u64(b, l.tstate_frame - lo);
+        if let Some((c, top)) = l.tstate_datastack {
+            t.chunk = field_u64(b, c - lo);
+            t.top = field_u64(b, top - lo);
+        }
+        let vars = vars.is_ok().then(|| u64::from_le_bytes(v));
+        self.ctx.observe_before(t.tstate, ctx, vars);
+    }
+
+    fn walk_thread(&mut self, sink: &mut dyn StackSink, mut t: ThreadRef, weight: u32) {
+        let l = self.layout;
         let registered_native = self.registry.lookup(t.thread_id, &mut self.name);
-        // The CPU clock is read before the frames: if the thread runs while they are copied,
-        // the next tick sees the clock advanced and copies them again.
+        // The CPU clock is read before anything of the thread's state (the frame pointer
+        // included): if the thread runs after it, while the frames are copied, the next tick
+        // sees the clock advanced and copies them again rather than reusing a torn copy.
         let tid = self.tid_of(t.thread_id, t.native, registered_native);
         let cpu_ns = tid.and_then(|tid| cpu_time_ns(self.config.cpu_time, tid));
         let on_cpu = cpu_ns.is_some_and(|ns| self.cpu.observe(t.thread_id, ns));
+        self.refresh_before_walk(&mut t);
         if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
             // A thread whose CPU clock has not moved since its stack was copied has not run, so
             // its Python stack is the same: report the copy without reading frames.
