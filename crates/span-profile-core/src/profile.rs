@@ -87,6 +87,17 @@ pub struct WindowStats {
     pub agent_cpu_ns: u64,
     /// Sampling rate actually achieved, in samples per second per thread, times 1000.
     pub effective_rate_millihz: u64,
+    /// Samples dropped because the thread's span or task changed while its stack was being
+    /// copied, so the two could disagree ([`crate::WalkError::Torn`]).
+    pub torn_samples: u64,
+    /// Span enters in the window that found the span registry full (those spans' samples
+    /// carry no span).
+    pub registry_full: u64,
+    /// Span exits in the window for a span that was not entered on that thread or task.
+    pub unmatched_exits: u64,
+    /// Sampler reads of the registry that gave up because a hook kept rewriting the slot
+    /// (the sample then carries no span).
+    pub contended_reads: u64,
 }
 
 /// One window of aggregated samples. Frames and stacks are interned tables that samples index.

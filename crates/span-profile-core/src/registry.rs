@@ -459,6 +459,15 @@ impl ActiveSpanRegistry {
                 .iter()
                 .map(|s| s.lock().map(|m| m.len()).unwrap_or(0))
                 .sum(),
+            ..self.loss_counters()
+        }
+    }
+
+    /// The counters of what the registry lost (`active_keys` left at 0): three atomic loads,
+    /// no lock, so the sampler can read them at every window close.
+    pub fn loss_counters(&self) -> RegistryStats {
+        RegistryStats {
+            active_keys: 0,
             full: self.full.load(Ordering::Relaxed),
             unmatched_exits: self.unmatched.load(Ordering::Relaxed),
             contended_reads: self.contended.load(Ordering::Relaxed),

@@ -14,7 +14,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendErro
 use crate::aggregate::{AggregatorLimits, Sample, WindowAggregator};
 use crate::budget::{BudgetController, ThreadCpuClock};
 use crate::labels::{LabelId, LabelValues, ResourceAttributeError};
-use crate::registry::{ActiveSpan, ActiveSpanRegistry};
+use crate::registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
 use crate::spans::SpanTable;
 use crate::{
     ExportError, Exporter, Frame, Profile, RawFrame, RawSample, Resource, SpanContext, StackSink,
@@ -75,6 +75,8 @@ pub struct ProfilerStats {
     pub label_overflow: u64,
     /// Span records dropped because the span table's cap was reached.
     pub dropped_spans: u64,
+    /// Samples dropped because the span or task changed while the stack was copied.
+    pub torn_samples: u64,
 }
 
 #[derive(Debug, Default)]
@@ -92,6 +94,7 @@ struct Counters {
     skipped_threads: AtomicU64,
     label_overflow: AtomicU64,
     dropped_spans: AtomicU64,
+    torn_samples: AtomicU64,
     sampler_cpu_ns: AtomicU64,
     exporter_cpu_ns: AtomicU64,
     /// Export-thread CPU not yet reported in a window.
@@ -353,6 +356,7 @@ impl ProfilerBuilder {
             win_rx,
             stop: stopping.clone(),
             pending_dropped_windows: 0,
+            registry_seen: self.registry.loss_counters(),
             tick_interval_ns: 0,
             tick_samples: 0,
             clock: self.clock,
@@ -418,6 +422,7 @@ impl Profiler {
             skipped_threads: l(&c.skipped_threads),
             label_overflow: l(&c.label_overflow),
             dropped_spans: l(&c.dropped_spans),
+            torn_samples: l(&c.torn_samples),
             sampler_cpu_ns: l(&c.sampler_cpu_ns),
             exporter_cpu_ns: l(&c.exporter_cpu_ns),
         }
@@ -490,6 +495,8 @@ struct Sampler {
     /// Set by shutdown (or the Profiler's drop); the sampler closes its last window and exits.
     stop: Arc<AtomicBool>,
     pending_dropped_windows: u64,
+    /// The registry's loss counters at the last window close (each window reports the delta).
+    registry_seen: RegistryStats,
     tick_interval_ns: u64,
     tick_samples: u64,
     clock: WallClock,
@@ -634,6 +641,15 @@ impl Sampler {
         profile.stats.agent_cpu_ns = sampler_cpu_ns + exporter_cpu;
         profile.stats.dropped_windows = std::mem::take(&mut self.pending_dropped_windows);
         profile.stats.export_errors = 0;
+        let registry = self.registry.loss_counters();
+        let seen = std::mem::replace(&mut self.registry_seen, registry);
+        profile.stats.registry_full = registry.full.saturating_sub(seen.full);
+        profile.stats.unmatched_exits = registry
+            .unmatched_exits
+            .saturating_sub(seen.unmatched_exits);
+        profile.stats.contended_reads = registry
+            .contended_reads
+            .saturating_sub(seen.contended_reads);
         profile.stats.effective_rate_millihz = ticks
             .saturating_mul(1_000_000_000_000)
             .checked_div(duration_ns)
@@ -647,6 +663,7 @@ impl Sampler {
             (&self.counters.skipped_threads, st.skipped_threads),
             (&self.counters.label_overflow, st.label_overflow),
             (&self.counters.dropped_spans, st.dropped_spans),
+            (&self.counters.torn_samples, st.torn_samples),
         ] {
             counter.fetch_add(n, Ordering::Relaxed);
         }
@@ -697,6 +714,7 @@ impl StackSink for TickSink<'_> {
         let stats = self.sampler.agg.stats_mut();
         match error {
             WalkError::Skipped => stats.skipped_threads += 1,
+            WalkError::Torn => stats.torn_samples += 1,
             _ => {
                 stats.walk_errors += 1;
                 self.sampler
@@ -855,7 +873,7 @@ impl SamplerHarness {
         Self {
             sampler: Sampler {
                 walker: Box::new(walker),
-                registry,
+                registry: registry.clone(),
                 spans,
                 agg: WindowAggregator::new(AggregatorLimits::default()),
                 resource: Resource::default(),
@@ -867,6 +885,7 @@ impl SamplerHarness {
                 win_rx,
                 stop: Arc::new(AtomicBool::new(false)),
                 pending_dropped_windows: 0,
+                registry_seen: registry.loss_counters(),
                 tick_interval_ns: interval.as_nanos() as u64,
                 tick_samples: 0,
                 clock: WallClock::default(),

@@ -36,6 +36,9 @@ pub enum WalkError {
     Vanished,
     /// A per-tick cap (threads, tasks) was reached; the rest were skipped.
     Skipped,
+    /// The thread's span or task changed while its stack was copied: the sample was dropped
+    /// rather than attributed to a span it may not belong to.
+    Torn,
 }
 
 /// Receives the stacks of one tick. Implemented by the sampler; walkers only call it.

@@ -1,14 +1,17 @@
 //! Visible failure: every kind of drop a window reports (rows past the row cap, stacks cut at
 //! the depth cap, threads skipped by a per-tick cap, failed walks, label values past a
-//! cardinality cap, span records past the span table's cap) is counted both in the window's
-//! `WindowStats` and, summed over the windows, in `Profiler::stats()`.
+//! cardinality cap, span records past the span table's cap, samples torn by a span change
+//! mid-walk) is counted both in the window's `WindowStats` and, summed over the windows, in
+//! `Profiler::stats()`. What the span registry loses (enters into a full table, unmatched
+//! exits) is reported per window too, and adds up to the registry's own counters.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use span_profile_core::{
-    AggregatorLimits, ExecutionKey, Frame, Profiler, RawFrame, RawSample, SpanId, SpanStart,
-    SpanTable, SpanTableLimits, StackSink, StackWalker, TraceId, WalkError,
+    ActiveSpan, ActiveSpanRegistry, AggregatorLimits, ExecutionKey, Frame, Profiler, RawFrame,
+    RawSample, SpanId, SpanStart, SpanTable, SpanTableLimits, StackSink, StackWalker, TraceId,
+    WalkError,
 };
 use span_profile_test::InMemoryExporter;
 
@@ -46,6 +49,7 @@ impl StackWalker for Faulty {
         }
         sink.error(WalkError::Skipped);
         sink.error(WalkError::InvalidRead);
+        sink.error(WalkError::Torn);
     }
 
     fn symbolize(&mut self, raw: RawFrame) -> Frame {
@@ -71,8 +75,10 @@ fn window_counters_and_profiler_stats_agree_on_every_drop() {
             start_unix_ns: 1,
         });
     }
+    let registry = Arc::new(ActiveSpanRegistry::with_capacity(64));
     let exporter = InMemoryExporter::default();
     let profiler = Profiler::builder()
+        .with_registry(registry.clone())
         .with_sample_rate_hz(200)
         .with_overhead_budget(None)
         .with_window(Duration::from_millis(100))
@@ -86,6 +92,22 @@ fn window_counters_and_profiler_stats_agree_on_every_drop() {
         .with_exporter(exporter.clone())
         .start()
         .unwrap();
+    // Span hooks overfill the registry (64 slots) and exit spans never entered.
+    let active = |id: u64| ActiveSpan {
+        ctx: span_profile_core::SpanContext {
+            trace_id: TraceId::from_u128(7).unwrap(),
+            span_id: SpanId::from_u64(id).unwrap(),
+            local_root_span_id: SpanId::from_u64(id).unwrap(),
+        },
+        route: span_profile_core::labels::LabelValues::BACKGROUND,
+    };
+    for k in 0..200u64 {
+        registry.enter(ExecutionKey::thread(1000 + k), active(k + 1));
+        registry.exit(
+            ExecutionKey::thread(5000 + k),
+            SpanId::from_u64(k + 1).unwrap(),
+        );
+    }
     std::thread::sleep(Duration::from_millis(400));
     let stats = profiler
         .shutdown_with_timeout(Duration::from_secs(5))
@@ -121,6 +143,7 @@ fn window_counters_and_profiler_stats_agree_on_every_drop() {
             stats.dropped_spans,
             sum(|s| s.dropped_spans),
         ),
+        ("torn_samples", stats.torn_samples, sum(|s| s.torn_samples)),
         ("missed_ticks", stats.missed_ticks, sum(|s| s.missed_ticks)),
         ("ticks", stats.ticks, sum(|s| s.ticks)),
     ];
@@ -133,6 +156,15 @@ fn window_counters_and_profiler_stats_agree_on_every_drop() {
             assert!(profiler > 0, "{name} was never counted: {stats:?}");
         }
     }
+    let lost = registry.stats();
+    assert!(lost.full > 0 && lost.unmatched_exits == 200, "{lost:?}");
+    assert_eq!(
+        sum(|s| s.registry_full),
+        lost.full,
+        "registry_full per window"
+    );
+    assert_eq!(sum(|s| s.unmatched_exits), lost.unmatched_exits);
+    assert_eq!(sum(|s| s.contended_reads), lost.contended_reads);
     // Nothing vanished: what the windows kept plus what they dropped is what was sampled.
     let kept: u64 = windows.iter().map(|w| w.total_wall_samples()).sum();
     assert_eq!(kept + stats.dropped_samples, stats.samples);

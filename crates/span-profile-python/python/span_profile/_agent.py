@@ -22,7 +22,8 @@ TASK_TAG = contextvars.ContextVar("span_profile.task_tag", default=None)
 
 STATS_KEYS = (
     "ticks", "samples", "windows", "exported_windows", "dropped_windows", "export_errors", "walk_errors",
-    "dropped_samples", "sampler_cpu_ns", "exporter_cpu_ns", "registry_active_keys", "registry_full",
+    "dropped_samples", "sampler_cpu_ns", "exporter_cpu_ns", "missed_ticks", "truncated_stacks",
+    "skipped_threads", "label_overflow", "dropped_spans", "torn_samples", "registry_active_keys", "registry_full",
     "registry_unmatched_exits", "registry_contended_reads", "spans_started", "spans_ended",
     "context_publishes", "hook_errors",
 )

@@ -484,6 +484,12 @@ impl NativeAgent {
         d.set_item("dropped_samples", p.dropped_samples)?;
         d.set_item("sampler_cpu_ns", p.sampler_cpu_ns)?;
         d.set_item("exporter_cpu_ns", p.exporter_cpu_ns)?;
+        d.set_item("missed_ticks", p.missed_ticks)?;
+        d.set_item("truncated_stacks", p.truncated_stacks)?;
+        d.set_item("skipped_threads", p.skipped_threads)?;
+        d.set_item("label_overflow", p.label_overflow)?;
+        d.set_item("dropped_spans", p.dropped_spans)?;
+        d.set_item("torn_samples", p.torn_samples)?;
         d.set_item("registry_active_keys", r.active_keys)?;
         d.set_item("registry_full", r.full)?;
         d.set_item("registry_unmatched_exits", r.unmatched_exits)?;

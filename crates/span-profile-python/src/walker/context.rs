@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use span_profile_core::labels::LabelId;
-use span_profile_core::{ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId};
+use span_profile_core::{
+    ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId, WalkError,
+};
 
 use super::layout::{
     tstate_context, PythonVersion, CONTEXT_VARS, HAMT_ARRAY_ARRAY, HAMT_BITMAP_ARRAY,
@@ -702,8 +704,9 @@ impl ContextReader {
                 span,
             ),
             ContextSpan::Unknown => sink.sample(&sample),
-            // Counted in `ContextCounters::switched` (`stats()["context_switched"]`).
-            ContextSpan::Switched => {}
+            // Counted in `ContextCounters::switched` (`stats()["context_switched"]`) and, as a
+            // torn sample, in the window's stats.
+            ContextSpan::Switched => sink.error(WalkError::Torn),
         }
     }
 

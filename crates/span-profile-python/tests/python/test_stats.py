@@ -39,3 +39,18 @@ def test_keys_are_stable():
                 "registry_unmatched_exits", "spans_started", "spans_ended", "context_publishes", "hook_errors"):
         assert isinstance(s[key], int), key
 
+
+
+def test_a_running_agent_reports_every_key_and_every_drop_kind(agent, tracer):
+    from span_profile._agent import STATS_KEYS
+
+    busy(0.2)
+    agent.stop()
+    s = agent.stats()
+    missing = [k for k in STATS_KEYS if not isinstance(s.get(k), int)]
+    assert not missing, missing
+    for key in ("missed_ticks", "truncated_stacks", "skipped_threads", "label_overflow", "dropped_spans",
+                "torn_samples"):
+        assert s[key] >= 0, key
+    # A sample dropped because its span changed mid-walk is a torn sample of the profiler.
+    assert s["torn_samples"] == s["context_switched"], s
