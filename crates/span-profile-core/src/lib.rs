@@ -25,6 +25,7 @@
 mod aggregate;
 mod budget;
 mod export;
+pub mod failure;
 mod frame;
 mod id;
 mod key;

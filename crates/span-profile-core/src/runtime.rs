@@ -2,6 +2,7 @@
 //! thread fed through a bounded queue.
 
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,6 +14,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendErro
 
 use crate::aggregate::{AggregatorLimits, Sample, WindowAggregator};
 use crate::budget::{BudgetController, ThreadCpuClock};
+use crate::failure::{log_to_stderr, FailureHandler, FailureLog};
 use crate::labels::{LabelId, LabelValues, ResourceAttributeError};
 use crate::registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
 use crate::spans::SpanTable;
@@ -77,6 +79,8 @@ pub struct ProfilerStats {
     pub dropped_spans: u64,
     /// Samples dropped because the span or task changed while the stack was copied.
     pub torn_samples: u64,
+    /// Sampling stopped because of a failure; [`Profiler::failure`] says which.
+    pub failed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -133,6 +137,7 @@ pub struct ProfilerBuilder {
     exporters: Vec<Arc<dyn Exporter>>,
     export_queue: usize,
     export_timeout: Duration,
+    failure_log: HandlerField,
     limits: AggregatorLimits,
     overhead_budget: Option<f64>,
     registry: Arc<ActiveSpanRegistry>,
@@ -185,6 +190,7 @@ impl Default for ProfilerBuilder {
             exporters: Vec::new(),
             export_queue: 4,
             export_timeout: Duration::from_secs(30),
+            failure_log: HandlerField(Arc::new(log_to_stderr)),
             limits: AggregatorLimits::default(),
             overhead_budget: Some(0.01),
             registry: Arc::new(ActiveSpanRegistry::default()),
@@ -297,6 +303,26 @@ impl ProfilerBuilder {
         &self.resource_problems
     }
 
+    /// Where a failure that stops sampling (a panic in the sampler) or an exporter panic is
+    /// reported, once each; by default one line on stderr. The host process is never harmed
+    /// by either: see [`crate::failure`].
+    ///
+    /// ```
+    /// use span_profile_core::Profiler;
+    /// use span_profile_test::FakeWalker;
+    ///
+    /// let profiler = Profiler::builder()
+    ///     .with_walker(FakeWalker::threads(1, 4))
+    ///     .with_failure_log(|message| eprintln!("profiler: {message}"))
+    ///     .start()
+    ///     .unwrap();
+    /// assert!(profiler.failure().is_none());
+    /// ```
+    pub fn with_failure_log(mut self, log: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.failure_log = HandlerField(Arc::new(log));
+        self
+    }
+
     /// Starts the sampling and export threads.
     pub fn start(self) -> Result<Profiler, StartError> {
         if !(1..=10_000).contains(&self.rate_hz) {
@@ -327,18 +353,20 @@ impl ProfilerBuilder {
             resource.instance = Some(Resource::default_instance());
         }
         let counters = Arc::new(Counters::default());
+        let failures = Arc::new(FailureLog::new(self.failure_log.0));
         let (win_tx, win_rx) = bounded::<Arc<Profile>>(self.export_queue);
         let (done_tx, done_rx) = bounded::<()>(1);
         let stopping = Arc::new(AtomicBool::new(false));
 
         let exporter_thread = {
             let counters = counters.clone();
+            let failures = failures.clone();
             let exporters = self.exporters.clone();
             let timeout = self.export_timeout;
             let rx = win_rx.clone();
             thread::Builder::new()
                 .name("span-profile-export".into())
-                .spawn(move || export_loop(rx, exporters, timeout, counters, done_tx))
+                .spawn(move || export_loop(rx, exporters, timeout, counters, &failures, done_tx))
                 .map_err(|e| StartError::Thread("export", e))?
         };
 
@@ -357,6 +385,7 @@ impl ProfilerBuilder {
             stop: stopping.clone(),
             pending_dropped_windows: 0,
             registry_seen: self.registry.loss_counters(),
+            failures: failures.clone(),
             tick_interval_ns: 0,
             tick_samples: 0,
             clock: self.clock,
@@ -370,6 +399,7 @@ impl ProfilerBuilder {
             registry: self.registry,
             spans: self.spans,
             counters,
+            failures,
             done_rx,
             stopping,
             threads: Mutex::new(Some((sampler_thread, exporter_thread))),
@@ -383,6 +413,7 @@ pub struct Profiler {
     registry: Arc<ActiveSpanRegistry>,
     spans: Arc<SpanTable>,
     counters: Arc<Counters>,
+    failures: Arc<FailureLog>,
     done_rx: Receiver<()>,
     stopping: Arc<AtomicBool>,
     threads: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
@@ -397,6 +428,11 @@ impl Profiler {
     /// The registry that span hooks feed.
     pub fn registry(&self) -> &Arc<ActiveSpanRegistry> {
         &self.registry
+    }
+
+    /// Why sampling stopped, if a failure stopped it (the message that was logged).
+    pub fn failure(&self) -> Option<&str> {
+        self.failures.sampler_failure()
     }
 
     /// The span table that span hooks feed.
@@ -423,6 +459,7 @@ impl Profiler {
             label_overflow: l(&c.label_overflow),
             dropped_spans: l(&c.dropped_spans),
             torn_samples: l(&c.torn_samples),
+            failed: self.failures.sampler_failure().is_some(),
             sampler_cpu_ns: l(&c.sampler_cpu_ns),
             exporter_cpu_ns: l(&c.exporter_cpu_ns),
         }
@@ -497,6 +534,7 @@ struct Sampler {
     pending_dropped_windows: u64,
     /// The registry's loss counters at the last window close (each window reports the delta).
     registry_seen: RegistryStats,
+    failures: Arc<FailureLog>,
     tick_interval_ns: u64,
     tick_samples: u64,
     clock: WallClock,
@@ -558,7 +596,11 @@ impl Sampler {
             if elapsed > interval * 2 {
                 self.agg.stats_mut().missed_ticks += 1;
             }
-            self.tick();
+            // A panic (a walker bug) stops sampling for good, logged once; the host goes on.
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.tick())) {
+                self.failures.sampler_panicked(&*panic);
+                break 'ticks;
+            }
             ticks_in_window += 1;
             if let Some(b) = budget.as_mut().filter(|b| b.due(now)) {
                 if let Some(i) = b.observe(now, clock.now_ns()) {
@@ -596,12 +638,18 @@ impl Sampler {
         }
         let cpu = clock.now_ns();
         let now_ns = self.clock.now_ns().max(start_ns);
-        self.close_window(
-            start_ns,
-            now_ns,
-            cpu.saturating_sub(cpu_at_window_start),
-            ticks_in_window,
-        );
+        // After a panic the window may be inconsistent; closing it must not panic again.
+        let closed = catch_unwind(AssertUnwindSafe(|| {
+            self.close_window(
+                start_ns,
+                now_ns,
+                cpu.saturating_sub(cpu_at_window_start),
+                ticks_in_window,
+            );
+        }));
+        if let Err(panic) = closed {
+            self.failures.sampler_panicked(&*panic);
+        }
         // Dropping the sender lets the export thread drain the queue and finish.
     }
 
@@ -767,6 +815,7 @@ fn export_loop(
     exporters: Vec<Arc<dyn Exporter>>,
     timeout: Duration,
     counters: Arc<Counters>,
+    failures: &FailureLog,
     done: Sender<()>,
 ) {
     let clock = ThreadCpuClock::for_current_thread();
@@ -784,7 +833,14 @@ fn export_loop(
         let mut ok = true;
         let mut delivered = false;
         for e in &exporters {
-            match block_on_timeout(e.export(window.clone()), timeout) {
+            let exported = catch_unwind(AssertUnwindSafe(|| {
+                block_on_timeout(e.export(window.clone()), timeout)
+            }))
+            .unwrap_or_else(|panic| {
+                failures.exporter_panicked(&*panic);
+                None
+            });
+            match exported {
                 Some(Ok(())) => delivered = true,
                 Some(Err(_)) | None => {
                     ok = false;
@@ -886,6 +942,7 @@ impl SamplerHarness {
                 stop: Arc::new(AtomicBool::new(false)),
                 pending_dropped_windows: 0,
                 registry_seen: registry.loss_counters(),
+                failures: Arc::new(FailureLog::new(Arc::new(log_to_stderr))),
                 tick_interval_ns: interval.as_nanos() as u64,
                 tick_samples: 0,
                 clock: WallClock::default(),
@@ -902,5 +959,15 @@ impl SamplerHarness {
     pub fn close_window(&mut self) -> Option<Arc<Profile>> {
         self.sampler.close_window(0, 1_000_000_000, 0, 1);
         self.sampler.win_rx.try_recv().ok()
+    }
+}
+
+/// The builder's failure handler (a closure, so `Debug` by hand).
+#[derive(Clone)]
+struct HandlerField(FailureHandler);
+
+impl std::fmt::Debug for HandlerField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FailureHandler")
     }
 }

@@ -240,11 +240,15 @@ def stats():
     """Counters of the running agent, or of the last one after it stopped (all zero if none
     ran): samples, windows, exports, drops and errors of the profiler; active keys, full slots
     and unmatched exits of the span registry; spans started/ended, context publishes and hook
-    errors of the Python hooks; ``running`` and ``walker`` (what samples the stacks)."""
+    errors of the Python hooks; ``running`` and ``walker`` (what samples the stacks);
+    ``failed`` and ``failure``: whether a failure (a panic in the sampler) stopped sampling, and
+    the message that was then logged once on stderr (the application is never affected)."""
     agent = _LAST
     if agent is None:
         d = dict.fromkeys(STATS_KEYS, 0)
         d["running"] = False
+        d["failed"] = False
+        d["failure"] = None
         d["walker"] = "none: not started"
         return d
     return agent.stats()

@@ -31,6 +31,8 @@ use span_profile_core::{ActiveSpan, SpanContext};
 pub(crate) struct NativeAgent {
     profiler: Mutex<Option<Profiler>>,
     final_stats: Mutex<Option<ProfilerStats>>,
+    /// What stopped sampling, if a failure did (kept across `stop`).
+    final_failure: Mutex<Option<String>>,
     registry: Arc<ActiveSpanRegistry>,
     spans: Arc<SpanTable>,
     counters: Arc<HookCounters>,
@@ -117,6 +119,16 @@ impl NativeAgent {
     fn lock_profiler(&self) -> std::sync::MutexGuard<'_, Option<Profiler>> {
         // Only start/stop/fork take this lock and each leaves the Option coherent.
         self.profiler.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn failure(&self) -> Option<String> {
+        if let Some(p) = self.lock_profiler().as_ref() {
+            return p.failure().map(str::to_string);
+        }
+        self.final_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn profiler_stats(&self) -> ProfilerStats {
@@ -260,6 +272,7 @@ impl NativeAgent {
         Ok(Self {
             profiler: Mutex::new(Some(profiler)),
             final_stats: Mutex::new(None),
+            final_failure: Mutex::new(None),
             registry,
             spans,
             counters: Arc::new(HookCounters::default()),
@@ -407,13 +420,18 @@ impl NativeAgent {
         // The sampler and exporter never need the GIL; let Python threads run meanwhile.
         let (result, stats) = py.detach(move || {
             let r = profiler.shutdown_with_timeout(timeout);
-            let stats = profiler.stats();
+            let stats = (profiler.stats(), profiler.failure().map(str::to_string));
             if r.is_err() {
                 // Still exporting: leave its threads to finish, without a second wait in drop.
                 std::mem::forget(profiler);
             }
             (r, stats)
         });
+        let (stats, failure) = stats;
+        *self
+            .final_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = failure;
         *self
             .final_stats
             .lock()
@@ -490,6 +508,8 @@ impl NativeAgent {
         d.set_item("label_overflow", p.label_overflow)?;
         d.set_item("dropped_spans", p.dropped_spans)?;
         d.set_item("torn_samples", p.torn_samples)?;
+        d.set_item("failed", p.failed)?;
+        d.set_item("failure", self.failure())?;
         d.set_item("registry_active_keys", r.active_keys)?;
         d.set_item("registry_full", r.full)?;
         d.set_item("registry_unmatched_exits", r.unmatched_exits)?;

@@ -52,5 +52,7 @@ def test_a_running_agent_reports_every_key_and_every_drop_kind(agent, tracer):
     for key in ("missed_ticks", "truncated_stacks", "skipped_threads", "label_overflow", "dropped_spans",
                 "torn_samples"):
         assert s[key] >= 0, key
+    # Nothing failed: a failure that stops sampling would be named here (and logged once).
+    assert s["failed"] is False and s["failure"] is None
     # A sample dropped because its span changed mid-walk is a torn sample of the profiler.
     assert s["torn_samples"] == s["context_switched"], s
