@@ -370,6 +370,13 @@ fn type_ok(expected: u64, actual: u64) -> bool {
     expected == 0 || expected == actual
 }
 
+/// Bytes of a HAMT node header (every node kind's fixed fields fit).
+const NODE_HEAD: usize = 32;
+/// Bytes read per HAMT node: the header and the first 8 key/value pairs of a bitmap node.
+const NODE_READ: usize = HAMT_BITMAP_ARRAY + 8 * 16;
+/// Most bytes read at once for a slot value (header and data).
+const VALUE_READ: usize = 128;
+
 /// Looks `key` (an object address, compared by identity as ContextVars are) up in the HAMT
 /// whose root node is `node`; `hash` is [`hamt_hash`] of the key. Returns the value's address.
 /// Node types are told apart by `types`, which must all be known (non-zero).
@@ -381,14 +388,24 @@ pub fn hamt_find(
     hash: i32,
 ) -> Result<Option<u64>, ContextError> {
     let mut shift = 0u32;
-    let mut head = [0u8; 32];
+    let mut buf = [0u8; NODE_READ];
     for _ in 0..HAMT_MAX_DEPTH {
-        reader.read(node, &mut head)?;
-        let ty = field_u64(&head, OB_TYPE);
+        // One read for the node's header and its first key/value pairs (a context's root
+        // usually holds all its variables); a node at the end of mapped memory, where the
+        // longer read fails, is read again with just its header.
+        let got = match reader.read(node, &mut buf) {
+            Ok(()) => NODE_READ,
+            Err(_) => {
+                reader.read(node, &mut buf[..NODE_HEAD])?;
+                NODE_HEAD
+            }
+        };
+        let head = &buf[..NODE_HEAD];
+        let ty = field_u64(head, OB_TYPE);
         let idx = ((hash as u32) >> shift.min(31)) & 0x1f;
         if ty == types.bitmap {
-            let bitmap = field_u64(&head, HAMT_BITMAP_BITMAP) as u32;
-            let size = field_u64(&head, OB_SIZE);
+            let bitmap = field_u64(head, HAMT_BITMAP_BITMAP) as u32;
+            let size = field_u64(head, OB_SIZE);
             if size != 2 * u64::from(bitmap.count_ones()) {
                 return Err(ContextError::Invalid);
             }
@@ -397,8 +414,12 @@ pub fn hamt_find(
                 return Ok(None);
             }
             let pos = u64::from((bitmap & (bit - 1)).count_ones());
+            let at = HAMT_BITMAP_ARRAY + pos as usize * 16;
             let mut pair = [0u8; 16];
-            reader.read(node + HAMT_BITMAP_ARRAY as u64 + pos * 16, &mut pair)?;
+            match buf.get(at..at + 16).filter(|_| at + 16 <= got) {
+                Some(b) => pair.copy_from_slice(b),
+                None => reader.read(node + at as u64, &mut pair)?,
+            }
             let (k, v) = (field_u64(&pair, 0), field_u64(&pair, 8));
             if k == 0 {
                 if v == 0 {
@@ -423,11 +444,11 @@ pub fn hamt_find(
                 }
             }
         } else if ty == types.collision {
-            let c_hash = field_u64(&head, HAMT_COLLISION_HASH) as u32 as i32;
+            let c_hash = field_u64(head, HAMT_COLLISION_HASH) as u32 as i32;
             if c_hash != hash {
                 return Ok(None);
             }
-            let size = usize::try_from(field_u64(&head, OB_SIZE)).unwrap_or(usize::MAX);
+            let size = usize::try_from(field_u64(head, OB_SIZE)).unwrap_or(usize::MAX);
             if size > MAX_COLLISION_SLOTS || size % 2 != 0 {
                 return Err(ContextError::Invalid);
             }
@@ -459,14 +480,25 @@ fn read_slot(
     let Some(value) = hamt_find(reader, types, root, var.var, hamt_hash(var.hash))? else {
         return Ok(None);
     };
-    let mut head = [0u8; 16];
-    reader.read(value, &mut head)?;
-    if field_u64(&head, OB_TYPE) != var.value_type {
+    // The header and the slot data in one read when the data sits close behind the header
+    // (it does in our objects); a value that is not ours (say `None`) may be too small for
+    // that read, so its failure falls back to the header alone.
+    let mut buf = [0u8; VALUE_READ];
+    let end = var.data_offset + SLOT_SIZE;
+    let whole = end <= VALUE_READ && reader.read(value, &mut buf[..end]).is_ok();
+    if !whole {
+        reader.read(value, &mut buf[..16])?;
+    }
+    if field_u64(&buf, OB_TYPE) != var.value_type {
         return Ok(None);
     }
-    let mut data = [0u8; SLOT_SIZE];
-    reader.read(value + var.data_offset as u64, &mut data)?;
-    let slot = SlotData::from_bytes(&data);
+    let slot = if whole {
+        SlotData::from_bytes(&buf[var.data_offset..end])
+    } else {
+        let mut data = [0u8; SLOT_SIZE];
+        reader.read(value + var.data_offset as u64, &mut data)?;
+        SlotData::from_bytes(&data)
+    };
     if slot.magic != magic {
         return Err(ContextError::Invalid);
     }
