@@ -697,6 +697,11 @@ impl Worker {
             self.pop();
             return None;
         }
+        // The backoff is over: an attempt is in flight, which a flush waits for.
+        let was_backing_off = std::mem::replace(&mut self.shared.progress().backing_off, false);
+        if was_backing_off {
+            self.shared.changed.notify_all();
+        }
         match self.attempt(&request) {
             Attempt::Sent(outcome) => {
                 c.sent.fetch_add(1, Ordering::Relaxed);
