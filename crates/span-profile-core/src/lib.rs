@@ -10,6 +10,8 @@
 //! - [`Resource`] and [`labels::LabelValues`]: resource labels, per-sample labels with caps.
 //! - [`Profile`]: one closed window, what exporters receive and queries read.
 //! - [`WindowMerger`] / [`merge_windows`]: windows rolled up into one (retention).
+//! - [`query::WindowSummary`]: what route, service, version and time questions need from a
+//!   window, without its stacks; answers them as the queries on the [`Profile`] do.
 //!
 //! Traits: [`StackWalker`] (a runtime's stacks) and [`Exporter`] (where windows go).
 //!
@@ -40,6 +42,7 @@ pub mod query;
 mod registry;
 mod runtime;
 mod spans;
+mod summary;
 mod walker;
 
 pub use aggregate::{AggregatorLimits, Sample, StackIndex, WindowAggregator};

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::query::WindowInfo;
 use crate::{Frame, Resource, SpanContext, SpanId, Stack, TraceId};
 
 /// One aggregated row of a window: all samples that shared a stack, a span and labels.
@@ -143,12 +144,31 @@ impl Profile {
 
     /// The frames of a sample's stack, leaf first. Out-of-range indices are skipped.
     pub fn stack_frames(&self, stack: u32) -> impl Iterator<Item = &Frame> + '_ {
+        self.stack_frame_indices(stack)
+            .filter_map(|f| self.frames.get(f))
+    }
+
+    /// The indices into [`Profile::frames`] of a sample's stack, leaf first: the frames that
+    /// [`Profile::stack_frames`] yields.
+    pub(crate) fn stack_frame_indices(&self, stack: u32) -> impl Iterator<Item = usize> + '_ {
+        let n = self.frames.len();
         self.stacks
             .get(stack as usize)
             .map(|s| s.frames.as_slice())
             .unwrap_or(&[])
             .iter()
-            .filter_map(|&f| self.frames.get(f as usize))
+            .map(|&f| f as usize)
+            .filter(move |&f| f < n)
+    }
+
+    /// The window's service, version and time range, as filters see them.
+    pub fn info(&self) -> WindowInfo<'_> {
+        WindowInfo {
+            service: &self.resource.service,
+            version: self.resource.version.as_deref(),
+            start_unix_ns: self.start_unix_ns,
+            duration_ns: self.duration_ns,
+        }
     }
 
     /// Total wall samples in the window.

@@ -13,9 +13,12 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
+pub use crate::summary::{FrameSummary, RouteSummary, WindowSummary};
 use crate::{Profile, ProfileSample, SpanId, SpanRecord, TraceId};
 
 /// Which samples to select. Set fields combine with AND.
@@ -76,18 +79,32 @@ impl Filter {
 
     /// Whether a window's resource and time range can contain selected samples.
     pub fn matches_window(&self, p: &Profile) -> bool {
-        self.service
-            .as_ref()
-            .is_none_or(|s| &p.resource.service == s)
-            && self
-                .version
-                .as_ref()
-                .is_none_or(|v| p.resource.version.as_ref() == Some(v))
+        self.matches(&p.info())
+    }
+
+    /// [`matches_window`](Filter::matches_window) from what a window is, whatever holds it (a
+    /// [`Profile`] or a [`WindowSummary`]).
+    pub fn matches(&self, w: &WindowInfo<'_>) -> bool {
+        self.service.as_deref().is_none_or(|s| w.service == s)
+            && self.version.as_deref().is_none_or(|v| w.version == Some(v))
             && self
                 .since_unix_ns
-                .is_none_or(|t| p.start_unix_ns + p.duration_ns > t)
-            && self.until_unix_ns.is_none_or(|t| p.start_unix_ns < t)
+                .is_none_or(|t| w.start_unix_ns.saturating_add(w.duration_ns) > t)
+            && self.until_unix_ns.is_none_or(|t| w.start_unix_ns < t)
     }
+}
+
+/// What a window is, as the window filters see it: its service, version and time range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowInfo<'a> {
+    /// `service.name` of the window's resource.
+    pub service: &'a str,
+    /// `service.version` of the window's resource.
+    pub version: Option<&'a str>,
+    /// Window start, Unix nanoseconds.
+    pub start_unix_ns: u64,
+    /// Window length in nanoseconds.
+    pub duration_ns: u64,
 }
 
 /// Every span recorded in `profiles`, one record per span id (an ended record wins over an
@@ -178,6 +195,13 @@ pub struct Report {
 }
 
 impl Report {
+    /// Counts one window that passes the filter, with its wall and CPU samples.
+    pub(crate) fn add_window(&mut self, wall_samples: u64, cpu_samples: u64) {
+        self.windows += 1;
+        self.window_samples += wall_samples;
+        self.window_cpu_samples += cpu_samples;
+    }
+
     /// The `n` costliest frames.
     pub fn top(&self, n: usize) -> &[FrameCost] {
         &self.frames[..n.min(self.frames.len())]
@@ -218,37 +242,132 @@ impl Report {
             self.frames = other.frames;
             return;
         }
-        let mut at: HashMap<(String, String), usize> = self
+        // Where each of `other`'s frames goes: a frame of `self`, or the next new one.
+        let mut at: FxHashMap<(&str, &str), usize> = self
             .frames
             .iter()
             .enumerate()
-            .map(|(i, f)| ((f.function.clone(), f.file.clone()), i))
+            .map(|(i, f)| ((f.function.as_str(), f.file.as_str()), i))
             .collect();
-        for f in other.frames {
-            match at.get(&(f.function.clone(), f.file.clone())) {
-                Some(&i) => {
-                    self.frames[i].self_samples += f.self_samples;
-                    self.frames[i].total_samples += f.total_samples;
+        let mut next = self.frames.len();
+        let targets: Vec<usize> = other
+            .frames
+            .iter()
+            .map(|f| {
+                *at.entry((f.function.as_str(), f.file.as_str()))
+                    .or_insert_with(|| {
+                        next += 1;
+                        next - 1
+                    })
+            })
+            .collect();
+        drop(at);
+        for (f, i) in other.frames.into_iter().zip(targets) {
+            match self.frames.get_mut(i) {
+                Some(e) => {
+                    e.self_samples += f.self_samples;
+                    e.total_samples += f.total_samples;
                 }
-                None => {
-                    at.insert((f.function.clone(), f.file.clone()), self.frames.len());
-                    self.frames.push(f);
-                }
+                // New frames get their indices in order, so `i` is the next one.
+                None => self.frames.push(f),
             }
         }
         sort_frames(&mut self.frames);
     }
 }
 
-/// By total samples, then self samples (both descending), then function name.
+/// By total samples, then self samples (both descending), then function and file name. Frames
+/// are unique by function and file, so the order is total and an unstable sort is exact.
 fn sort_frames(frames: &mut [FrameCost]) {
-    frames.sort_by(|a, b| {
-        (b.total_samples, b.self_samples, &a.function).cmp(&(
+    frames.sort_unstable_by(|a, b| {
+        (b.total_samples, b.self_samples, &a.function, &a.file).cmp(&(
             a.total_samples,
             a.self_samples,
             &b.function,
+            &b.file,
         ))
     });
+}
+
+/// Self and total samples by frame key: how [`report`] counts a stack, and how a
+/// [`WindowSummary`] counts it ahead of time. The leaf (the first key) gets the sample's count
+/// as self; every distinct key on the stack gets it once as total.
+#[derive(Debug)]
+pub(crate) struct FrameCosts<K> {
+    costs: FxHashMap<K, (u64, u64)>,
+    seen: FxHashSet<K>,
+}
+
+impl<K> Default for FrameCosts<K> {
+    fn default() -> Self {
+        Self {
+            costs: FxHashMap::default(),
+            seen: FxHashSet::default(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash> FrameCosts<K> {
+    /// Counts one sample of `n` with this stack (keys leaf first).
+    pub(crate) fn add_stack(&mut self, leaf_first: impl IntoIterator<Item = K>, n: u64) {
+        let costs = &mut self.costs;
+        let mut leaf = true;
+        distinct(&mut self.seen, leaf_first, |k| {
+            let e = costs.entry(k).or_default();
+            if leaf {
+                e.0 += n;
+                leaf = false;
+            }
+            e.1 += n;
+        });
+    }
+
+    /// Adds counts already made for `key`.
+    pub(crate) fn add(&mut self, key: K, self_samples: u64, total_samples: u64) {
+        let e = self.costs.entry(key).or_default();
+        e.0 += self_samples;
+        e.1 += total_samples;
+    }
+
+    /// Every key with its (self, total) samples, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (K, u64, u64)> + '_ {
+        self.costs.iter().map(|(&k, &(s, t))| (k, s, t))
+    }
+}
+
+impl FrameCosts<(&str, &str)> {
+    /// The frames of a [`Report`], costliest first.
+    pub(crate) fn into_frames(self) -> Vec<FrameCost> {
+        let mut frames: Vec<FrameCost> = self
+            .costs
+            .into_iter()
+            .map(
+                |((function, file), (self_samples, total_samples))| FrameCost {
+                    function: function.to_string(),
+                    file: file.to_string(),
+                    self_samples,
+                    total_samples,
+                },
+            )
+            .collect();
+        sort_frames(&mut frames);
+        frames
+    }
+}
+
+/// Calls `f` once for each distinct key of a stack: a function on a stack twice (recursion)
+/// counts once for that sample.
+pub(crate) fn distinct<K: Copy + Eq + Hash>(
+    seen: &mut FxHashSet<K>,
+    keys: impl IntoIterator<Item = K>,
+    mut f: impl FnMut(K),
+) {
+    seen.clear();
+    for k in keys {
+        if seen.insert(k) {
+            f(k);
+        }
+    }
 }
 
 /// Sample counts by key (a frame, a route, a folded stack) and the selection's total: the
@@ -287,7 +406,7 @@ impl Tally {
         v
     }
 
-    fn add(&mut self, key: &str, n: u64) {
+    pub(crate) fn add(&mut self, key: &str, n: u64) {
         match self.counts.get_mut(key) {
             Some(c) => *c += n,
             None => {
@@ -314,11 +433,8 @@ pub fn cpu_by_root_frame(profiles: &[Profile], filter: &Filter) -> Tally {
             return;
         }
         t.total += s.cpu_samples;
-        let root = p
-            .stack_frames(s.stack)
-            .last()
-            .map_or("", |f| f.function.as_str());
-        t.add(root, s.cpu_samples);
+        let root = p.stack_frames(s.stack).last();
+        t.add(root.map_or("", |f| f.function.as_str()), s.cpu_samples);
     });
     t
 }
@@ -378,41 +494,20 @@ pub fn for_each_sample<'a>(
 /// Samples, top frames and coverage of the selected samples.
 pub fn report(profiles: &[Profile], filter: &Filter) -> Report {
     let mut r = Report::default();
-    let mut costs: HashMap<(&str, &str), (u64, u64)> = HashMap::new();
-    let mut seen: HashSet<(&str, &str)> = HashSet::new();
+    let mut costs: FrameCosts<(&str, &str)> = FrameCosts::default();
     for_each_sample(profiles, filter, |p, s| {
         r.samples += s.wall_samples;
         r.cpu_samples += s.cpu_samples;
-        seen.clear();
-        for (depth, fr) in p.stack_frames(s.stack).enumerate() {
-            let key = (fr.function.as_str(), fr.file.as_str());
-            let e = costs.entry(key).or_default();
-            if depth == 0 {
-                e.0 += s.wall_samples;
-            }
-            if seen.insert(key) {
-                e.1 += s.wall_samples;
-            }
-        }
+        costs.add_stack(
+            p.stack_frames(s.stack)
+                .map(|f| (f.function.as_str(), f.file.as_str())),
+            s.wall_samples,
+        );
     });
     for p in profiles.iter().filter(|p| filter.matches_window(p)) {
-        r.windows += 1;
-        r.window_samples += p.total_wall_samples();
-        r.window_cpu_samples += p.total_cpu_samples();
+        r.add_window(p.total_wall_samples(), p.total_cpu_samples());
     }
-    let mut frames: Vec<FrameCost> = costs
-        .into_iter()
-        .map(
-            |((function, file), (self_samples, total_samples))| FrameCost {
-                function: function.to_string(),
-                file: file.to_string(),
-                self_samples,
-                total_samples,
-            },
-        )
-        .collect();
-    sort_frames(&mut frames);
-    r.frames = frames;
+    r.frames = costs.into_frames();
     if let Some(id) = filter.span_id {
         let index = span_index(profiles);
         r.span = index.get(&id).cloned();
@@ -614,18 +709,14 @@ impl FrameChange {
 /// with the selection's CPU samples as the total: the mergeable input of [`diff_tallies`].
 pub fn cpu_by_frame(profiles: &[Profile], filter: &Filter) -> Tally {
     let mut t = Tally::default();
-    let mut seen: HashSet<&str> = HashSet::new();
+    let mut seen = FxHashSet::default();
     for_each_sample(profiles, filter, |p, s| {
         t.total += s.cpu_samples;
         if s.cpu_samples == 0 {
             return;
         }
-        seen.clear();
-        for f in p.stack_frames(s.stack) {
-            if seen.insert(&f.function) {
-                t.add(&f.function, s.cpu_samples);
-            }
-        }
+        let functions = p.stack_frames(s.stack).map(|f| f.function.as_str());
+        distinct(&mut seen, functions, |f| t.add(f, s.cpu_samples));
     });
     t
 }

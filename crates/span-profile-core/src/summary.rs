@@ -1,0 +1,338 @@
+//! Window summaries: what the route, service, version and time questions need from a window,
+//! counted once when the window is written, so that a query over a day of windows need not
+//! walk a day of stacks.
+//!
+//! A [`WindowSummary`] keeps, per route, the wall and CPU samples, each frame's self and total
+//! wall samples, each function's inclusive CPU samples and the CPU samples by outermost frame.
+//! It answers [`report`](crate::query::report), [`cpu_by_frame`](crate::query::cpu_by_frame),
+//! [`frame_cpu_by_route`](crate::query::frame_cpu_by_route) and
+//! [`cpu_by_root_frame`](crate::query::cpu_by_root_frame) exactly as they answer from the [`Profile`], for filters that
+//! name no span and no trace (those need the samples' span ids; the summary methods return
+//! `None` for them). The counting rules are shared with the queries, not copied.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::query::{distinct, Filter, FrameCosts, Report, Tally, WindowInfo};
+use crate::Profile;
+
+/// One window, summarized by route. Strings are kept once in [`WindowSummary::strings`] and
+/// referenced by index; [`WindowSummary::string`] reads an index as `""` when it is out of
+/// range, so a summary built by hand or decoded from a damaged file cannot make a query panic.
+///
+/// ```
+/// use span_profile_core::query::{report, Filter, WindowSummary};
+/// # let p = span_profile_core::Profile::empty(Default::default(), 0, 60_000_000_000, 10_000_000);
+/// let summary = WindowSummary::from_profile(&p);
+/// let f = Filter::default().route("/checkout");
+/// let r = summary.report(&f).expect("no span or trace in the filter");
+/// assert_eq!(r.samples, report(std::slice::from_ref(&p), &f).samples);
+/// assert!(summary.report(&f.trace("4bf92f3577b34da6a3ce929d0e0e4736".parse().unwrap())).is_none());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WindowSummary {
+    /// `service.name` of the window's resource.
+    pub service: String,
+    /// `service.version` of the window's resource.
+    pub version: Option<String>,
+    /// Window start, Unix nanoseconds.
+    pub start_unix_ns: u64,
+    /// Window length in nanoseconds.
+    pub duration_ns: u64,
+    /// Wall samples of the whole window.
+    pub wall_samples: u64,
+    /// CPU samples of the whole window.
+    pub cpu_samples: u64,
+    /// Route names, function names and file names, referenced by index.
+    pub strings: Vec<String>,
+    /// One entry per route label, sorted by route name.
+    pub routes: Vec<RouteSummary>,
+    /// Set when only one route was read (see `decode_summary_route` in span-profile-export):
+    /// `routes` then holds that route's entry alone, or none if the window has no samples of
+    /// it, and the summary answers only filters that select this route.
+    pub only_route: Option<String>,
+}
+
+/// One route's samples in a window.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteSummary {
+    /// The route label (index into [`WindowSummary::strings`]).
+    pub route: u32,
+    /// Wall samples with this route.
+    pub wall_samples: u64,
+    /// CPU samples with this route.
+    pub cpu_samples: u64,
+    /// Every frame (function and file) on a stack of the route, with its wall samples.
+    pub frames: Vec<FrameSummary>,
+    /// CPU samples by function, inclusive: counted once per sample wherever the function is on
+    /// the stack. Functions without CPU samples are left out.
+    pub function_cpu: Vec<(u32, u64)>,
+    /// CPU samples by the function of the outermost frame (`""` for an empty stack).
+    pub root_cpu: Vec<(u32, u64)>,
+}
+
+/// A frame's wall samples in one route of a window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameSummary {
+    /// Function name (index into [`WindowSummary::strings`]).
+    pub function: u32,
+    /// File name (index into [`WindowSummary::strings`]).
+    pub file: u32,
+    /// Wall samples where it is the leaf.
+    pub self_wall: u64,
+    /// Wall samples where it is anywhere on the stack (counted once per sample).
+    pub total_wall: u64,
+}
+
+/// Interns strings into a summary's string table.
+#[derive(Default)]
+struct Strings<'a> {
+    index: FxHashMap<&'a str, u32>,
+    table: Vec<String>,
+}
+
+impl<'a> Strings<'a> {
+    fn intern(&mut self, s: &'a str) -> u32 {
+        *self.index.entry(s).or_insert_with(|| {
+            self.table.push(s.to_owned());
+            (self.table.len() - 1) as u32
+        })
+    }
+}
+
+/// A route's counts while a window is summarized; keys are string indices.
+#[derive(Default)]
+struct RouteCounts {
+    wall: u64,
+    cpu: u64,
+    frames: FrameCosts<(u32, u32)>,
+    function_cpu: FxHashMap<u32, u64>,
+    root_cpu: FxHashMap<u32, u64>,
+}
+
+impl WindowSummary {
+    /// Summarizes one window.
+    pub fn from_profile(p: &Profile) -> Self {
+        let mut strings = Strings::default();
+        // Each frame's (function, file) as string indices: frames that differ only in the
+        // line share a key, as they share a row of a report.
+        let keys: Vec<(u32, u32)> = p
+            .frames
+            .iter()
+            .map(|f| (strings.intern(&f.function), strings.intern(&f.file)))
+            .collect();
+        let empty = strings.intern("");
+        let mut routes: FxHashMap<&str, RouteCounts> = FxHashMap::default();
+        let mut seen = FxHashSet::default();
+        for s in &p.samples {
+            let r = routes.entry(&s.route).or_default();
+            r.wall += s.wall_samples;
+            r.cpu += s.cpu_samples;
+            let stack = || {
+                p.stack_frame_indices(s.stack)
+                    .filter_map(|f| keys.get(f).copied())
+            };
+            r.frames.add_stack(stack(), s.wall_samples);
+            if s.cpu_samples == 0 {
+                continue;
+            }
+            distinct(&mut seen, stack().map(|(function, _)| function), |f| {
+                *r.function_cpu.entry(f).or_default() += s.cpu_samples;
+            });
+            let root = stack().last().map_or(empty, |(function, _)| function);
+            *r.root_cpu.entry(root).or_default() += s.cpu_samples;
+        }
+        let mut names: Vec<&str> = routes.keys().copied().collect();
+        names.sort_unstable();
+        let routes = names
+            .into_iter()
+            .map(|name| {
+                let c = routes.remove(name).unwrap_or_default();
+                let mut frames: Vec<FrameSummary> = c
+                    .frames
+                    .iter()
+                    .map(|((function, file), self_wall, total_wall)| FrameSummary {
+                        function,
+                        file,
+                        self_wall,
+                        total_wall,
+                    })
+                    .collect();
+                frames.sort_unstable_by_key(|f| (f.function, f.file));
+                RouteSummary {
+                    route: strings.intern(name),
+                    wall_samples: c.wall,
+                    cpu_samples: c.cpu,
+                    frames,
+                    function_cpu: sorted(c.function_cpu),
+                    root_cpu: sorted(c.root_cpu),
+                }
+            })
+            .collect();
+        WindowSummary {
+            service: p.resource.service.clone(),
+            version: p.resource.version.clone(),
+            start_unix_ns: p.start_unix_ns,
+            duration_ns: p.duration_ns,
+            wall_samples: p.total_wall_samples(),
+            cpu_samples: p.total_cpu_samples(),
+            strings: strings.table,
+            routes,
+            only_route: None,
+        }
+    }
+
+    /// The window's service, version and time range, as filters see them.
+    pub fn info(&self) -> WindowInfo<'_> {
+        WindowInfo {
+            service: &self.service,
+            version: self.version.as_deref(),
+            start_unix_ns: self.start_unix_ns,
+            duration_ns: self.duration_ns,
+        }
+    }
+
+    /// Whether summaries can answer `filter`: it names no span and no trace.
+    pub fn answers(filter: &Filter) -> bool {
+        filter.span_id.is_none() && filter.trace_id.is_none()
+    }
+
+    /// The string at `index`, or `""` if there is none.
+    pub fn string(&self, index: u32) -> &str {
+        self.strings.get(index as usize).map_or("", String::as_str)
+    }
+
+    /// The routes `filter` selects, or `None` if this summary cannot answer it. No route for
+    /// a window the filter leaves out.
+    fn selected<'a>(
+        &'a self,
+        filter: &'a Filter,
+    ) -> Option<impl Iterator<Item = &'a RouteSummary> + 'a> {
+        let all_routes_read = self
+            .only_route
+            .as_ref()
+            .is_none_or(|only| filter.route.as_ref() == Some(only));
+        if !Self::answers(filter) || !all_routes_read {
+            return None;
+        }
+        let window = filter.matches(&self.info());
+        Some(self.routes.iter().filter(move |r| {
+            window
+                && filter
+                    .route
+                    .as_deref()
+                    .is_none_or(|want| self.string(r.route) == want)
+        }))
+    }
+
+    /// [`crate::query::report`] of this window, or `None` for a filter with a span or a trace
+    /// (or, for a summary read for one route, a filter that does not select that route).
+    pub fn report(&self, filter: &Filter) -> Option<Report> {
+        let mut r = Report::default();
+        let mut costs: FrameCosts<(&str, &str)> = FrameCosts::default();
+        for route in self.selected(filter)? {
+            r.samples += route.wall_samples;
+            r.cpu_samples += route.cpu_samples;
+            for f in &route.frames {
+                let key = (self.string(f.function), self.string(f.file));
+                costs.add(key, f.self_wall, f.total_wall);
+            }
+        }
+        if filter.matches(&self.info()) {
+            r.add_window(self.wall_samples, self.cpu_samples);
+        }
+        r.frames = costs.into_frames();
+        Some(r)
+    }
+
+    /// [`crate::query::cpu_by_frame`] of this window, or `None` for a filter with a span or a trace.
+    pub fn cpu_by_frame(&self, filter: &Filter) -> Option<Tally> {
+        self.tally(filter, |t, route| {
+            for &(f, n) in &route.function_cpu {
+                add_positive(t, self.string(f), n);
+            }
+        })
+    }
+
+    /// [`crate::query::frame_cpu_by_route`] of this window, or `None` for a filter with a span or a
+    /// trace.
+    pub fn frame_cpu_by_route(&self, filter: &Filter, function: &str) -> Option<Tally> {
+        self.tally(filter, |t, route| {
+            for &(f, n) in &route.function_cpu {
+                if self.string(f) == function {
+                    add_positive(t, self.string(route.route), n);
+                }
+            }
+        })
+    }
+
+    /// [`crate::query::cpu_by_root_frame`] of this window, or `None` for a filter with a span or a
+    /// trace.
+    pub fn cpu_by_root_frame(&self, filter: &Filter) -> Option<Tally> {
+        self.tally(filter, |t, route| {
+            for &(f, n) in &route.root_cpu {
+                add_positive(t, self.string(f), n);
+            }
+        })
+    }
+
+    /// A tally over the selected routes: their CPU samples as the total, keys from `add`.
+    fn tally(
+        &self,
+        filter: &Filter,
+        mut add: impl FnMut(&mut Tally, &RouteSummary),
+    ) -> Option<Tally> {
+        let mut t = Tally::default();
+        for route in self.selected(filter)? {
+            t.total += route.cpu_samples;
+            add(&mut t, route);
+        }
+        Some(t)
+    }
+}
+
+/// The queries only count keys of samples on CPU, so a tally never holds a zero.
+fn add_positive(t: &mut Tally, key: &str, n: u64) {
+    if n > 0 {
+        t.add(key, n);
+    }
+}
+
+fn sorted(m: FxHashMap<u32, u64>) -> Vec<(u32, u64)> {
+    let mut v: Vec<(u32, u64)> = m.into_iter().collect();
+    v.sort_unstable();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_indices_read_as_empty() {
+        let s = WindowSummary {
+            strings: vec!["a".into()],
+            routes: vec![RouteSummary {
+                route: 7,
+                wall_samples: 2,
+                cpu_samples: 1,
+                frames: vec![FrameSummary {
+                    function: 9,
+                    file: 0,
+                    self_wall: 2,
+                    total_wall: 2,
+                }],
+                function_cpu: vec![(9, 1)],
+                root_cpu: vec![(u32::MAX, 1)],
+            }],
+            ..WindowSummary::default()
+        };
+        let f = Filter::default();
+        let r = s.report(&f).unwrap();
+        assert_eq!(
+            (r.frames[0].function.as_str(), r.frames[0].file.as_str()),
+            ("", "a")
+        );
+        assert_eq!(s.cpu_by_root_frame(&f).unwrap().counts[""], 1);
+        assert_eq!(s.frame_cpu_by_route(&f, "").unwrap().counts[""], 1);
+    }
+}
