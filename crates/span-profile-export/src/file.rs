@@ -5,23 +5,37 @@
 //! [`sanitize_component`]) and `seq` tells apart windows of one instance that start in the
 //! same millisecond. Files are written as `.tmp-…` in the same directory, fsynced and renamed,
 //! so a crash never leaves a torn `.pb.gz`; readers ignore names starting with `.`.
+//!
+//! Next to each window, `<name>.pb.gz.summary` holds its [`WindowSummary`] (ADR 0006), written
+//! the same way just before the window is renamed into place. A summary without its window is
+//! ignored; a window without a usable summary is decoded instead ([`FileStore::read_summary`]).
+//!
+//! The first write of a [`FileStore`] removes what killed writers left: `.tmp-*` files and
+//! summaries without a window, older than [`STALE_AFTER`] ([`FileStore::stale_files_removed`]).
 
 use crate::civil::{civil_from_days, days_from_civil};
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Once};
+use std::time::{Duration, SystemTime};
 
+use span_profile_core::query::WindowSummary;
 use span_profile_core::{ExportError, Exporter, Profile};
 
+use crate::summary::{self, encode_summary, SummaryError, MAX_SUMMARY_LEN};
 use crate::{decode_pprof, encode_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
 
 /// File name suffix of stored windows.
 pub const FILE_SUFFIX: &str = ".pb.gz";
+/// Suffix added to a window's file name to name its summary: `<name>.pb.gz.summary`.
+pub const SUMMARY_SUFFIX: &str = ".summary";
 /// Prefix of files being written; readers skip them.
 pub const TEMP_PREFIX: &str = ".tmp-";
+/// How old a `.tmp-*` file or a summary without its window must be before a new writer
+/// removes it as left by a killed writer (a live writer renames its files within seconds).
+pub const STALE_AFTER: Duration = Duration::from_secs(600);
 /// Longest sanitized path component, in bytes.
 const MAX_COMPONENT_LEN: usize = 100;
 const NS_PER_MS: u64 = 1_000_000;
@@ -54,6 +68,20 @@ pub struct FileStore {
     dir: PathBuf,
     seq: AtomicU64,
     shut_down: AtomicBool,
+    /// The sweep of stale files, run before the first write.
+    sweep: Once,
+    stale_temp_files: AtomicU64,
+    stale_summaries: AtomicU64,
+}
+
+/// Files left by killed writers that a [`FileStore`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StaleFiles {
+    /// `.tmp-*` files (a write that never reached its rename).
+    pub temp_files: u64,
+    /// Summaries whose window file is missing (a write killed between the two renames).
+    pub orphan_summaries: u64,
 }
 
 /// Which stored windows to read.
@@ -141,6 +169,24 @@ pub enum StoreError {
         /// What is wrong.
         source: DecodeError,
     },
+    /// A window's summary does not decode; the window file itself can still be read.
+    #[error("cannot decode the summary {}: {source}; queries decode its window file instead (delete the summary to silence this)", path.display())]
+    Summary {
+        /// The summary's path.
+        path: PathBuf,
+        /// What is wrong.
+        source: SummaryError,
+    },
+    /// A window's summary was written for another version of its window file.
+    #[error("the summary {} was written for a {recorded}-byte window file, but the window file is {actual} bytes; queries decode the window file instead (delete the stale summary)", path.display())]
+    StaleSummary {
+        /// The summary's path.
+        path: PathBuf,
+        /// The window file's length recorded in the summary.
+        recorded: u64,
+        /// The window file's length now.
+        actual: u64,
+    },
 }
 
 impl FileStore {
@@ -150,7 +196,72 @@ impl FileStore {
             dir: dir.into(),
             seq: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
+            sweep: Once::new(),
+            stale_temp_files: AtomicU64::new(0),
+            stale_summaries: AtomicU64::new(0),
         }
+    }
+
+    /// What this store removed as left by killed writers: by its first write (files older than
+    /// [`STALE_AFTER`]) and by [`FileStore::remove_stale_files`].
+    pub fn stale_files_removed(&self) -> StaleFiles {
+        // Relaxed: independent counters, read for reporting.
+        StaleFiles {
+            temp_files: self.stale_temp_files.load(Ordering::Relaxed),
+            orphan_summaries: self.stale_summaries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Removes `.tmp-*` files and summaries without a window file that are older than
+    /// `older_than`, in every service and day directory of the store, and returns what it
+    /// removed (also added to [`FileStore::stale_files_removed`]). Best effort: what cannot be
+    /// read or removed is left. The first [`FileStore::write`] runs this with [`STALE_AFTER`].
+    pub fn remove_stale_files(&self, older_than: Duration) -> StaleFiles {
+        let now = SystemTime::now();
+        let stale = |path: &Path| {
+            fs::symlink_metadata(path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > older_than))
+        };
+        let mut removed = StaleFiles::default();
+        let subdirs = |d: &Path| {
+            read_dir_names(d)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|n| d.join(n))
+                .filter(|p| p.is_dir())
+                .collect::<Vec<_>>()
+        };
+        for day_dir in subdirs(&self.dir).iter().flat_map(|s| subdirs(s)) {
+            let Ok(entries) = fs::read_dir(&day_dir) else {
+                continue;
+            };
+            let names: Vec<String> = entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect();
+            for name in &names {
+                let counter = if name.starts_with(TEMP_PREFIX) {
+                    &mut removed.temp_files
+                } else if name.strip_suffix(SUMMARY_SUFFIX).is_some_and(|window| {
+                    window.ends_with(FILE_SUFFIX) && !names.iter().any(|n| n == window)
+                }) {
+                    &mut removed.orphan_summaries
+                } else {
+                    continue;
+                };
+                let path = day_dir.join(name);
+                if stale(&path) && fs::remove_file(&path).is_ok() {
+                    *counter += 1;
+                }
+            }
+        }
+        // Relaxed: independent counters, read for reporting.
+        self.stale_temp_files
+            .fetch_add(removed.temp_files, Ordering::Relaxed);
+        self.stale_summaries
+            .fetch_add(removed.orphan_summaries, Ordering::Relaxed);
+        removed
     }
 
     /// The root directory.
@@ -158,10 +269,16 @@ impl FileStore {
         &self.dir
     }
 
-    /// Writes one window (gzip pprof) atomically and returns its path.
+    /// Writes one window (gzip pprof) and its summary atomically and returns the window's path.
     ///
-    /// This is what [`Exporter::export`] does; it blocks on file I/O and fsync.
+    /// This is what [`Exporter::export`] does; it blocks on file I/O and fsync. The summary is
+    /// renamed into place first, then the window; if the window cannot be written, neither is
+    /// left. If only the summary cannot be written, the window is still written (queries then
+    /// decode it).
     pub fn write(&self, profile: &Profile) -> Result<PathBuf, ExportError> {
+        self.sweep.call_once(|| {
+            self.remove_stale_files(STALE_AFTER);
+        });
         let day_dir = self
             .dir
             .join(sanitize_component(&profile.resource.service))
@@ -171,6 +288,7 @@ impl FileStore {
             sanitize_component(profile.resource.instance.as_deref().unwrap_or("unknown"));
         let start_ms = profile.start_unix_ns / NS_PER_MS;
         let bytes = encode_pprof(profile);
+        let summary = encode_summary(&WindowSummary::from_profile(profile), bytes.len() as u64);
 
         // Relaxed: the counter only has to hand out distinct numbers.
         let mut seq = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -182,17 +300,26 @@ impl FileStore {
             }
             seq = self.seq.fetch_add(1, Ordering::Relaxed);
         }
-        let tmp = day_dir.join(format!(
+        let tmp_name = format!(
             "{TEMP_PREFIX}{start_ms}-{instance}-{seq}-{}",
             std::process::id()
-        ));
-        let written = write_synced(&tmp, &bytes).and_then(|()| fs::rename(&tmp, &path));
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
+        );
+        let summary_path = summary_path(&path);
+        let has_summary = write_renamed(
+            &day_dir.join(format!("{tmp_name}{SUMMARY_SUFFIX}")),
+            &summary,
+            &summary_path,
+        )
+        .is_ok();
+        let tmp = day_dir.join(tmp_name);
+        if let Err(e) = write_renamed(&tmp, &bytes, &path) {
+            if has_summary {
+                let _ = fs::remove_file(&summary_path);
+            }
             return Err(failure("write", &tmp, &e));
         }
-        // Make the rename durable. Not every platform can open or sync a directory; the
-        // file itself is already complete, so a failure here is not reported.
+        // Make the renames durable. Not every platform can open or sync a directory; the
+        // files themselves are already complete, so a failure here is not reported.
         if let Ok(d) = fs::File::open(&day_dir) {
             let _ = d.sync_all();
         }
@@ -341,6 +468,66 @@ impl FileStore {
     pub fn read_file(f: &StoredFile) -> Result<Profile, StoreError> {
         read_one(f)
     }
+
+    /// Reads the summary of one stored window: `Ok(None)` when it has none, an error when the
+    /// summary is unreadable, corrupt, or was written for another version of the window file
+    /// (its recorded length differs). On an error, decode the window with
+    /// [`FileStore::read_file`] instead.
+    ///
+    /// With `Some(route)`, only that route is decoded (see
+    /// [`decode_summary_route`](crate::decode_summary_route)): faster, for questions about
+    /// that route alone.
+    pub fn read_summary(
+        f: &StoredFile,
+        route: Option<&str>,
+    ) -> Result<Option<WindowSummary>, StoreError> {
+        let path = summary_path(&f.path);
+        let bytes = match read_capped(&path, MAX_SUMMARY_LEN) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StoreError::Io { path, source }),
+        };
+        let stored = match summary::decode(bytes.into(), route) {
+            Ok(s) => s,
+            Err(source) => return Err(StoreError::Summary { path, source }),
+        };
+        if stored.pprof_len != f.len {
+            return Err(StoreError::StaleSummary {
+                path,
+                recorded: stored.pprof_len,
+                actual: f.len,
+            });
+        }
+        Ok(Some(stored.summary))
+    }
+}
+
+/// The summary file of the window file at `window`: the same name with [`SUMMARY_SUFFIX`].
+///
+/// ```
+/// use std::path::Path;
+/// let p = span_profile_export::summary_path(Path::new("svc/2024-05-01/1714521600000-a-0.pb.gz"));
+/// assert_eq!(p, Path::new("svc/2024-05-01/1714521600000-a-0.pb.gz.summary"));
+/// ```
+pub fn summary_path(window: &Path) -> PathBuf {
+    let mut s = window.as_os_str().to_owned();
+    s.push(SUMMARY_SUFFIX);
+    PathBuf::from(s)
+}
+
+/// Reads a file of at most `limit` bytes; a longer one is an error.
+fn read_capped(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let f = fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    f.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("more than {limit} bytes; not a span-profile summary"),
+        ));
+    }
+    Ok(bytes)
 }
 
 fn read_one(f: &StoredFile) -> Result<Profile, StoreError> {
@@ -368,6 +555,15 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .open(path)?;
     f.write_all(bytes)?;
     f.sync_all()
+}
+
+/// Writes `bytes` to `tmp`, syncs it and renames it to `to`; removes `tmp` on failure.
+fn write_renamed(tmp: &Path, bytes: &[u8], to: &Path) -> io::Result<()> {
+    let r = write_synced(tmp, bytes).and_then(|()| fs::rename(tmp, to));
+    if r.is_err() {
+        let _ = fs::remove_file(tmp);
+    }
+    r
 }
 
 fn failure(what: &str, path: &Path, e: &io::Error) -> ExportError {

@@ -10,7 +10,11 @@
 //! - [`pprof`]: the prost messages of pprof's `profile.proto`.
 //! - [`FileStore`] (feature `file`): an [`Exporter`](span_profile_core::Exporter) writing one
 //!   `.pb.gz` per window with atomic renames, and [`FileStore::read`] / [`FileStore::list`]
-//!   to query the tree.
+//!   to query the tree. Each window has a `.pb.gz.summary` sidecar
+//!   ([`FileStore::read_summary`]) that answers route, service, version and time questions
+//!   without decoding the window.
+//! - [`encode_summary`] / [`decode_summary`]: the sidecar's binary form of a
+//!   [`WindowSummary`](span_profile_core::query::WindowSummary).
 //!
 //! ## Lossless files
 //!
@@ -54,6 +58,7 @@ pub mod pprof;
 #[cfg(feature = "pyroscope")]
 #[cfg_attr(docsrs, doc(cfg(feature = "pyroscope")))]
 pub mod pyroscope;
+mod summary;
 
 pub use config::{ConfigError, ExporterEnv, Secret, SpanScope};
 pub use output::{exporter_for_output, parse_output, Output, OutputError};
@@ -63,6 +68,10 @@ pub use encode::{encode_pprof, encode_pprof_raw, TRUNCATED_FRAME};
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub use file::{
-    sanitize_component, FileStore, SkippedFile, StoreError, StoreFilter, StoreListing, StoreRead,
-    StoredFile, FILE_SUFFIX, TEMP_PREFIX,
+    sanitize_component, summary_path, FileStore, SkippedFile, StaleFiles, StoreError, StoreFilter,
+    StoreListing, StoreRead, StoredFile, FILE_SUFFIX, STALE_AFTER, SUMMARY_SUFFIX, TEMP_PREFIX,
+};
+pub use summary::{
+    decode_summary, decode_summary_route, encode_summary, StoredSummary, SummaryError,
+    MAX_SUMMARY_LEN,
 };

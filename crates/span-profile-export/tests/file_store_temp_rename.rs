@@ -52,8 +52,11 @@ fn windows_land_in_service_and_day_directories_with_no_temp_files_left() {
         all_files(dir.path()),
         [
             "_._.._etc/2023-11-14/1700000010000-host-1_pid_42-2.pb.gz",
+            "_._.._etc/2023-11-14/1700000010000-host-1_pid_42-2.pb.gz.summary",
             "checkout/2023-11-14/1700000000123-host-1_pid_42-0.pb.gz",
+            "checkout/2023-11-14/1700000000123-host-1_pid_42-0.pb.gz.summary",
             "checkout/2023-11-14/1700000000123-host-1_pid_42-1.pb.gz",
+            "checkout/2023-11-14/1700000000123-host-1_pid_42-1.pb.gz.summary",
         ]
     );
     let read = FileStore::read(dir.path(), &StoreFilter::default()).unwrap();

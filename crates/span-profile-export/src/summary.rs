@@ -1,0 +1,534 @@
+//! The binary form of a [`WindowSummary`]: the file store's sidecar (ADR 0006).
+//!
+//! One protobuf message, written from hand-made prost types with field numbers of our own
+//! (there is no `.proto` to stay compatible with). Strings are kept once in a string table;
+//! per route, the frame, function and root counts are parallel columns of packed varints, which
+//! prost decodes without a per-entry message. No gzip: a summary is a fifth of its window's
+//! pprof and is read far more often than written.
+//!
+//! Each route is an embedded message that the decoder first takes as raw bytes, so that
+//! [`decode_summary_route`] reads only the route's name and totals of the others and decodes
+//! the one route a query selects.
+//!
+//! The message also records the length of the pprof file it summarizes, so that a reader can
+//! tell a summary from the window next to it apart from a stale one.
+
+use prost::bytes::Bytes;
+use prost::Message;
+use span_profile_core::query::{FrameSummary, RouteSummary, WindowSummary};
+
+/// Version of the summary layout; a decoder refuses newer ones.
+const FORMAT: u32 = 1;
+
+/// The largest summary [`decode_summary`] accepts: 64 MiB.
+pub const MAX_SUMMARY_LEN: u64 = 64 << 20;
+
+/// Why bytes could not be decoded as a window summary.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SummaryError {
+    /// The bytes are not a summary message.
+    #[error("not a span-profile window summary: protobuf decoding failed ({0}); the file is truncated or corrupt")]
+    Protobuf(#[source] prost::DecodeError),
+    /// The summary was written in a layout this version does not know.
+    #[error(
+        "summary format {found} is not {FORMAT}; it was written by another span-profile version"
+    )]
+    Format {
+        /// The format found.
+        found: u32,
+    },
+    /// The summary is larger than [`MAX_SUMMARY_LEN`].
+    #[error("the summary is {len} bytes, more than the {MAX_SUMMARY_LEN}-byte limit")]
+    TooLarge {
+        /// Its length.
+        len: u64,
+    },
+    /// A field refers to a string past the end of the string table.
+    #[error(
+        "route {route}: {field} refers to string {index}, but the string table has {len} entries"
+    )]
+    StringIndex {
+        /// The route's position in the summary.
+        route: usize,
+        /// The field.
+        field: &'static str,
+        /// The index found.
+        index: u32,
+        /// The string table's length.
+        len: usize,
+    },
+    /// The summary lacks its last field: the file was cut short.
+    #[error("the summary ends early; the file is truncated")]
+    Incomplete,
+    /// The routes' samples do not add up to the window's: a summary cut short.
+    #[error(
+        "the routes hold {routes} {what} samples, the window {window}; the summary is incomplete"
+    )]
+    Totals {
+        /// `wall` or `CPU`.
+        what: &'static str,
+        /// The sum over the routes.
+        routes: u64,
+        /// The window's total.
+        window: u64,
+    },
+    /// Columns that must be as long as each other are not.
+    #[error("route {route}: the {what} columns have different lengths")]
+    Columns {
+        /// The route's position in the summary.
+        route: usize,
+        /// Which columns.
+        what: &'static str,
+    },
+}
+
+/// A decoded sidecar: the summary, and the length of the pprof file it was made with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSummary {
+    /// The window's summary.
+    pub summary: WindowSummary,
+    /// Length in bytes of the window's pprof file when the summary was written.
+    pub pprof_len: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SummaryMsg {
+    #[prost(uint32, tag = "1")]
+    format: u32,
+    #[prost(uint64, tag = "2")]
+    pprof_len: u64,
+    #[prost(string, tag = "3")]
+    service: String,
+    #[prost(string, optional, tag = "4")]
+    version: Option<String>,
+    #[prost(uint64, tag = "5")]
+    start_unix_ns: u64,
+    #[prost(uint64, tag = "6")]
+    duration_ns: u64,
+    #[prost(uint64, tag = "7")]
+    wall_samples: u64,
+    #[prost(uint64, tag = "8")]
+    cpu_samples: u64,
+    #[prost(string, repeated, tag = "9")]
+    strings: Vec<String>,
+    /// Each a [`RouteMsg`], kept as bytes so that routes are decoded only when wanted.
+    #[prost(bytes = "bytes", repeated, tag = "10")]
+    routes: Vec<Bytes>,
+    /// Always true, and the last field written (prost writes fields by tag): a summary cut
+    /// anywhere lacks it.
+    #[prost(bool, tag = "15")]
+    complete: bool,
+}
+
+/// The first fields of a [`RouteMsg`]: decoding a route's bytes as this skips its columns.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RouteHead {
+    #[prost(uint32, tag = "1")]
+    route: u32,
+    #[prost(uint64, tag = "2")]
+    wall_samples: u64,
+    #[prost(uint64, tag = "3")]
+    cpu_samples: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RouteMsg {
+    #[prost(uint32, tag = "1")]
+    route: u32,
+    #[prost(uint64, tag = "2")]
+    wall_samples: u64,
+    #[prost(uint64, tag = "3")]
+    cpu_samples: u64,
+    #[prost(uint32, repeated, tag = "4")]
+    frame_function: Vec<u32>,
+    #[prost(uint32, repeated, tag = "5")]
+    frame_file: Vec<u32>,
+    #[prost(uint64, repeated, tag = "6")]
+    frame_self_wall: Vec<u64>,
+    #[prost(uint64, repeated, tag = "7")]
+    frame_total_wall: Vec<u64>,
+    #[prost(uint32, repeated, tag = "8")]
+    cpu_function: Vec<u32>,
+    #[prost(uint64, repeated, tag = "9")]
+    cpu_samples_by_function: Vec<u64>,
+    #[prost(uint32, repeated, tag = "10")]
+    root_function: Vec<u32>,
+    #[prost(uint64, repeated, tag = "11")]
+    root_cpu: Vec<u64>,
+}
+
+/// Encodes a window's summary as the sidecar of a pprof file of `pprof_len` bytes.
+///
+/// ```
+/// use span_profile_core::{query::WindowSummary, Profile, Resource};
+/// use span_profile_export::{decode_summary, encode_summary};
+///
+/// let p = Profile::empty(Resource::default(), 0, 60_000_000_000, 10_000_000);
+/// let s = WindowSummary::from_profile(&p);
+/// let back = decode_summary(&encode_summary(&s, 1234)).unwrap();
+/// assert_eq!((back.summary, back.pprof_len), (s, 1234));
+/// assert!(decode_summary(b"\xff\xff").is_err());
+/// ```
+pub fn encode_summary(s: &WindowSummary, pprof_len: u64) -> Vec<u8> {
+    let routes = s
+        .routes
+        .iter()
+        .map(|r| {
+            let (cpu_function, cpu_samples_by_function) = r.function_cpu.iter().copied().unzip();
+            let (root_function, root_cpu) = r.root_cpu.iter().copied().unzip();
+            let msg = RouteMsg {
+                route: r.route,
+                wall_samples: r.wall_samples,
+                cpu_samples: r.cpu_samples,
+                frame_function: r.frames.iter().map(|f| f.function).collect(),
+                frame_file: r.frames.iter().map(|f| f.file).collect(),
+                frame_self_wall: r.frames.iter().map(|f| f.self_wall).collect(),
+                frame_total_wall: r.frames.iter().map(|f| f.total_wall).collect(),
+                cpu_function,
+                cpu_samples_by_function,
+                root_function,
+                root_cpu,
+            };
+            Bytes::from(msg.encode_to_vec())
+        })
+        .collect();
+    SummaryMsg {
+        format: FORMAT,
+        pprof_len,
+        service: s.service.clone(),
+        version: s.version.clone(),
+        start_unix_ns: s.start_unix_ns,
+        duration_ns: s.duration_ns,
+        wall_samples: s.wall_samples,
+        cpu_samples: s.cpu_samples,
+        strings: s.strings.clone(),
+        routes,
+        complete: true,
+    }
+    .encode_to_vec()
+}
+
+/// Decodes a sidecar written by [`encode_summary`]. Never panics, whatever the bytes: the
+/// last field must be there (a cut file is refused), every string index is checked, parallel
+/// columns must have equal lengths, and the routes' samples must add up to the window's.
+pub fn decode_summary(data: &[u8]) -> Result<StoredSummary, SummaryError> {
+    decode(Bytes::copy_from_slice(data), None)
+}
+
+/// [`decode_summary`] for questions about one route: only that route is decoded, and the
+/// summary says so in [`WindowSummary::only_route`] (it then answers only filters that select
+/// this route). The other routes' names and totals are still read and checked.
+///
+/// ```
+/// use span_profile_core::query::{Filter, WindowSummary};
+/// use span_profile_export::{decode_summary_route, encode_summary};
+/// # let p = span_profile_core::Profile::empty(Default::default(), 0, 60_000_000_000, 10_000_000);
+/// let bytes = encode_summary(&WindowSummary::from_profile(&p), 0);
+/// let s = decode_summary_route(bytes, "/checkout").unwrap().summary;
+/// assert!(s.report(&Filter::default().route("/checkout")).is_some());
+/// assert!(s.report(&Filter::default()).is_none(), "not every route was decoded");
+/// ```
+pub fn decode_summary_route(
+    data: impl Into<Bytes>,
+    route: &str,
+) -> Result<StoredSummary, SummaryError> {
+    decode(data.into(), Some(route))
+}
+
+/// [`decode_summary`], or [`decode_summary_route`] with `only_route`, without a copy.
+pub(crate) fn decode(data: Bytes, only_route: Option<&str>) -> Result<StoredSummary, SummaryError> {
+    if data.len() as u64 > MAX_SUMMARY_LEN {
+        return Err(SummaryError::TooLarge {
+            len: data.len() as u64,
+        });
+    }
+    let msg = SummaryMsg::decode(data).map_err(SummaryError::Protobuf)?;
+    if msg.format != FORMAT {
+        return Err(SummaryError::Format { found: msg.format });
+    }
+    if !msg.complete {
+        return Err(SummaryError::Incomplete);
+    }
+    let n = msg.strings.len();
+    let check = |route, field, index: u32| {
+        if (index as usize) < n {
+            Ok(index)
+        } else {
+            Err(SummaryError::StringIndex {
+                route,
+                field,
+                index,
+                len: n,
+            })
+        }
+    };
+    let mut routes = Vec::new();
+    let (mut wall, mut cpu) = (Some(0u64), Some(0u64));
+    for (i, body) in msg.routes.iter().enumerate() {
+        let head = RouteHead::decode(body.clone()).map_err(SummaryError::Protobuf)?;
+        let name = check(i, "route", head.route)?;
+        wall = wall.and_then(|w| w.checked_add(head.wall_samples));
+        cpu = cpu.and_then(|c| c.checked_add(head.cpu_samples));
+        let wanted =
+            only_route.is_none_or(|want| msg.strings.get(name as usize).is_some_and(|s| s == want));
+        if wanted {
+            let r = RouteMsg::decode(body.clone()).map_err(SummaryError::Protobuf)?;
+            routes.push(route_summary(i, r, |field, index| check(i, field, index))?);
+        }
+    }
+    for (what, window, sum) in [
+        ("wall", msg.wall_samples, wall),
+        ("CPU", msg.cpu_samples, cpu),
+    ] {
+        if sum != Some(window) {
+            return Err(SummaryError::Totals {
+                what,
+                routes: sum.unwrap_or(u64::MAX),
+                window,
+            });
+        }
+    }
+    Ok(StoredSummary {
+        summary: WindowSummary {
+            service: msg.service,
+            version: msg.version,
+            start_unix_ns: msg.start_unix_ns,
+            duration_ns: msg.duration_ns,
+            wall_samples: msg.wall_samples,
+            cpu_samples: msg.cpu_samples,
+            strings: msg.strings,
+            routes,
+            only_route: only_route.map(str::to_owned),
+        },
+        pprof_len: msg.pprof_len,
+    })
+}
+
+/// One decoded route, its columns checked; `check` checks a string index.
+fn route_summary(
+    route: usize,
+    r: RouteMsg,
+    check: impl Fn(&'static str, u32) -> Result<u32, SummaryError>,
+) -> Result<RouteSummary, SummaryError> {
+    let columns = |what, ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(SummaryError::Columns { route, what })
+        }
+    };
+    let f = r.frame_function.len();
+    columns(
+        "frame",
+        r.frame_file.len() == f && r.frame_self_wall.len() == f && r.frame_total_wall.len() == f,
+    )?;
+    columns(
+        "function CPU",
+        r.cpu_function.len() == r.cpu_samples_by_function.len(),
+    )?;
+    columns("root CPU", r.root_function.len() == r.root_cpu.len())?;
+    let mut frames = Vec::with_capacity(f);
+    for (((&function, &file), &self_wall), &total_wall) in r
+        .frame_function
+        .iter()
+        .zip(&r.frame_file)
+        .zip(&r.frame_self_wall)
+        .zip(&r.frame_total_wall)
+    {
+        frames.push(FrameSummary {
+            function: check("frame function", function)?,
+            file: check("frame file", file)?,
+            self_wall,
+            total_wall,
+        });
+    }
+    let pairs = |names: &[u32], counts: &[u64], field| {
+        names
+            .iter()
+            .zip(counts)
+            .map(|(&name, &count)| Ok((check(field, name)?, count)))
+            .collect::<Result<Vec<_>, SummaryError>>()
+    };
+    Ok(RouteSummary {
+        route: check("route", r.route)?,
+        wall_samples: r.wall_samples,
+        cpu_samples: r.cpu_samples,
+        frames,
+        function_cpu: pairs(&r.cpu_function, &r.cpu_samples_by_function, "function")?,
+        root_cpu: pairs(&r.root_function, &r.root_cpu, "root function")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use span_profile_core::{Frame, Profile, ProfileSample, Resource, Stack};
+    use std::sync::Arc;
+
+    fn summary() -> WindowSummary {
+        let mut p = Profile::empty(
+            Resource {
+                service: "checkout".into(),
+                version: Some("1.4.2".into()),
+                ..Resource::default()
+            },
+            1_700_000_000_000_000_000,
+            60_000_000_000,
+            10_000_000,
+        );
+        p.frames = vec![
+            Frame::new("serve", "app.py", 1),
+            Frame::new("parse_date", "dates.py", 7),
+            Frame::new("idle", "threading.py", 3),
+        ];
+        p.stacks = vec![
+            Stack {
+                frames: vec![1, 0],
+                truncated: false,
+            },
+            Stack {
+                frames: vec![2],
+                truncated: false,
+            },
+        ];
+        for (stack, route, n) in [
+            (0, "/orders", 7),
+            (1, "background", 300),
+            (0, "/checkout", 2),
+        ] {
+            p.samples.push(ProfileSample {
+                stack,
+                span: None,
+                route: Arc::from(route),
+                thread_name: Arc::from("w"),
+                task_name: None,
+                cpu_samples: n / 2,
+                wall_samples: n,
+                cpu_ns: 0,
+                wall_ns: 0,
+            });
+        }
+        WindowSummary::from_profile(&p)
+    }
+
+    #[test]
+    fn round_trips() {
+        let s = summary();
+        let bytes = encode_summary(&s, 99);
+        let back = decode_summary(&bytes).unwrap();
+        assert_eq!(back.summary, s);
+        assert_eq!(back.pprof_len, 99);
+        assert_eq!(
+            encode_summary(&WindowSummary::default(), 0),
+            vec![8, 1, 15 << 3, 1]
+        );
+    }
+
+    #[test]
+    fn one_route_is_decoded_alone_and_answers_as_the_whole() {
+        use span_profile_core::query::Filter;
+        let s = summary();
+        let bytes = encode_summary(&s, 5);
+        for route in ["/orders", "background", "/nowhere"] {
+            let one = decode_summary_route(bytes.clone(), route).unwrap();
+            assert_eq!(one.pprof_len, 5);
+            assert_eq!(one.summary.only_route.as_deref(), Some(route));
+            assert!(one.summary.routes.len() <= 1);
+            let f = Filter::default().route(route);
+            let (a, b) = (one.summary.report(&f).unwrap(), s.report(&f).unwrap());
+            assert_eq!(
+                (a.samples, a.window_samples, a.frames),
+                (b.samples, b.window_samples, b.frames)
+            );
+            assert!(one.summary.cpu_by_frame(&Filter::default()).is_none());
+            assert!(one
+                .summary
+                .report(&Filter::default().route("/checkout"))
+                .is_none());
+        }
+    }
+
+    #[test]
+    fn truncated_corrupt_and_garbage_input_is_an_error_not_a_panic() {
+        let bytes = encode_summary(&summary(), 1);
+        // Every truncation is refused: a cut file lacks the last field.
+        for n in 0..bytes.len() {
+            assert!(decode_summary(&bytes[..n]).is_err(), "cut at {n}");
+        }
+        for n in [0, 1, bytes.len() / 2, bytes.len() - 1] {
+            assert!(decode_summary(&bytes[..n]).is_err(), "cut at {n}");
+        }
+        // Every single-byte corruption.
+        for i in 0..bytes.len() {
+            for v in [0x00, 0x7f, 0x80, 0xff] {
+                let mut b = bytes.clone();
+                b[i] = v;
+                let _ = decode_summary(&b);
+            }
+        }
+        // The same through the one-route decoder.
+        for n in 0..bytes.len() {
+            assert!(
+                decode_summary_route(bytes[..n].to_vec(), "/orders").is_err(),
+                "cut at {n}"
+            );
+        }
+        // Arbitrary bytes.
+        let mut rng = span_profile_test::XorShift(0x9e37_79b9_7f4a_7c15);
+        for len in 0..2_000 {
+            let junk: Vec<u8> = (0..len % 300).map(|_| rng.next_u64() as u8).collect();
+            let _ = decode_summary(&junk);
+            let _ = decode_summary_route(junk, "");
+        }
+        assert!(matches!(
+            decode_summary(b"\xff\xff\xff"),
+            Err(SummaryError::Protobuf(_))
+        ));
+        // A pprof file is not a summary.
+        assert!(decode_summary(&crate::encode_pprof(&Profile::empty(
+            Resource::default(),
+            0,
+            1,
+            1
+        )))
+        .is_err());
+    }
+
+    #[test]
+    fn indices_and_columns_are_checked() {
+        let mut s = summary();
+        s.routes[0].frames[0].file = 1_000;
+        let e = decode_summary(&encode_summary(&s, 0)).unwrap_err();
+        assert!(
+            matches!(e, SummaryError::StringIndex { index: 1_000, .. }),
+            "{e}"
+        );
+
+        let mut msg = SummaryMsg::decode(encode_summary(&summary(), 0).as_slice()).unwrap();
+        let mut route = RouteMsg::decode(msg.routes[0].clone()).unwrap();
+        route.frame_total_wall.pop();
+        msg.routes[0] = Bytes::from(route.encode_to_vec());
+        let e = decode_summary(&msg.encode_to_vec()).unwrap_err();
+        assert!(
+            matches!(e, SummaryError::Columns { what: "frame", .. }),
+            "{e}"
+        );
+
+        // A route missing (the end marker kept): the totals no longer add up.
+        let mut cut = SummaryMsg::decode(encode_summary(&summary(), 0).as_slice()).unwrap();
+        cut.routes.pop();
+        let e = decode_summary(&cut.encode_to_vec()).unwrap_err();
+        assert!(
+            matches!(e, SummaryError::Totals { what: "wall", .. }),
+            "{e}"
+        );
+
+        msg.format = 2;
+        let e = decode_summary(&msg.encode_to_vec()).unwrap_err();
+        assert!(
+            e.to_string().contains("another span-profile version"),
+            "{e}"
+        );
+    }
+}
