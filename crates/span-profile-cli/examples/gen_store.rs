@@ -14,24 +14,11 @@ use span_profile_core::{
     Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
 };
 use span_profile_export::FileStore;
+use span_profile_test::XorShift as Rng;
 
 const DAY_START_NS: u64 = 1_714_521_600_000_000_000; // 2024-05-01T00:00:00Z
 const WINDOW_NS: u64 = 60_000_000_000;
 const PERIOD_NS: u64 = 10_000_000;
-
-/// xorshift64*: deterministic and dependency-free.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn window(i: u64, stacks: usize) -> Profile {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i + 1));

@@ -9,6 +9,12 @@
 //! 3. the staged files are renamed into the store, then the sources are deleted, then the
 //!    journal. A run that finds a journal first finishes that work; staged files without a
 //!    journal are discarded (their sources were never touched).
+//!
+//! Window summaries (`<window>.summary`, ADR 0006) go with their windows: `FileStore::write`
+//! stages a roll-up's summary beside it, a staged summary is moved just before its window, and
+//! a source's summary is deleted just before the source. The journal names windows only.
+//! Before it starts, compaction removes the `.tmp-*` files and window-less summaries that
+//! killed writers left (older than `STALE_AFTER`).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -22,7 +28,7 @@ use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
 use span_profile_core::query::Filter;
 use span_profile_core::{Profile, Resource, WindowMerger};
-use span_profile_export::{FileStore, StoredFile};
+use span_profile_export::{summary_path, FileStore, StoredFile, STALE_AFTER};
 
 use crate::args::{parse_duration, parse_time};
 use crate::store::{read_one, Store};
@@ -115,10 +121,14 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
     }
     let started = Instant::now();
     let work = store.dir.join(WORK_DIR);
+    let mut stale = 0;
     if !args.dry_run {
         recover(&work)?;
+        let removed = FileStore::new(store.dir).remove_stale_files(STALE_AFTER);
+        stale = removed.temp_files + removed.orphan_summaries;
     }
     let before = store.list(&Filter::default())?;
+    let bytes_before = stored_bytes(&before);
     let now_ms = args.now.unwrap_or_else(crate::args::now_unix_ns) / NS_PER_MS;
     let mut groups: BTreeMap<(String, Tier), Vec<StoredFile>> = BTreeMap::new();
     for f in &before {
@@ -148,8 +158,7 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
     }
     for (_, files) in &deletes {
         for f in files {
-            fs::remove_file(&f.path)
-                .with_context(|| format!("cannot delete {}", f.path.display()))?;
+            remove_window(&f.path)?;
             totals.deleted += 1;
         }
     }
@@ -191,21 +200,22 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let after = store.list(&Filter::default())?;
-    let size = |f: &[StoredFile]| f.iter().map(|f| f.len).sum::<u64>();
+    let bytes_after = stored_bytes(&after);
     let secs = started.elapsed().as_secs_f64();
     if json {
         let out = serde_json::json!({
-            "files_before": before.len(), "bytes_before": size(&before),
-            "files_after": after.len(), "bytes_after": size(&after),
+            "files_before": before.len(), "bytes_before": bytes_before,
+            "files_after": after.len(), "bytes_after": bytes_after,
             "rolled_up": totals.rolled, "hourly_written": totals.hourly,
             "daily_written": totals.daily, "deleted": totals.deleted,
-            "unreadable_left": totals.unreadable, "seconds": secs,
+            "unreadable_left": totals.unreadable, "stale_files_removed": stale,
+            "seconds": secs,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!(
             "compacted {} in {secs:.1} s: {} file(s), {} -> {} file(s), {}; {} window(s) rolled into {} hourly and {} daily; {} file(s) past the last horizon deleted",
-            store.dir.display(), before.len(), mib(size(&before)), after.len(), mib(size(&after)),
+            store.dir.display(), before.len(), mib(bytes_before), after.len(), mib(bytes_after),
             totals.rolled, totals.hourly, totals.daily, totals.deleted
         );
         if totals.unreadable > 0 {
@@ -213,6 +223,9 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
                 "warning: {} unreadable file(s) were left in place",
                 totals.unreadable
             );
+        }
+        if stale > 0 {
+            println!("removed {stale} file(s) left by killed writers (.tmp-* files and summaries without a window)");
         }
     }
     let errors = errors
@@ -222,6 +235,14 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
         return Err(e.context("a roll-up failed; its sources were kept"));
     }
     Ok(())
+}
+
+/// Bytes of the windows and their summaries.
+fn stored_bytes(files: &[StoredFile]) -> u64 {
+    files
+        .iter()
+        .map(|f| f.len + fs::metadata(summary_path(&f.path)).map_or(0, |m| m.len()))
+        .sum()
 }
 
 fn mib(bytes: u64) -> String {
@@ -372,12 +393,24 @@ fn write_journal(path: &Path, j: &Journal) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Moves the staged roll-ups into place, then deletes the sources. Safe to repeat.
+/// Moves the staged roll-ups into place (each summary just before its window), then deletes
+/// the sources. Safe to repeat.
 fn finish(j: &Journal) -> anyhow::Result<()> {
     for (staged, target) in &j.moves {
         if staged.exists() && !target.exists() {
             if let Some(parent) = target.parent() {
                 fs::create_dir_all(parent)?;
+            }
+            let (staged_summary, target_summary) = (summary_path(staged), summary_path(target));
+            if staged_summary.exists() {
+                // Replaces a summary a killed writer may have left without its window.
+                fs::rename(&staged_summary, &target_summary).with_context(|| {
+                    format!(
+                        "cannot move {} to {}",
+                        staged_summary.display(),
+                        target_summary.display()
+                    )
+                })?;
             }
             fs::rename(staged, target).with_context(|| {
                 format!("cannot move {} to {}", staged.display(), target.display())
@@ -386,10 +419,19 @@ fn finish(j: &Journal) -> anyhow::Result<()> {
         }
     }
     for s in &j.sources {
-        match fs::remove_file(s) {
+        remove_window(s)?;
+    }
+    Ok(())
+}
+
+/// Deletes a window and its summary (the summary first, so that no summary outlives its
+/// window); either may already be gone.
+fn remove_window(path: &Path) -> anyhow::Result<()> {
+    for p in [summary_path(path), path.to_path_buf()] {
+        match fs::remove_file(&p) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot delete {}", s.display())),
+            Err(e) => return Err(e).with_context(|| format!("cannot delete {}", p.display())),
         }
     }
     Ok(())
@@ -490,8 +532,10 @@ mod tests {
         fs::create_dir_all(work.join("stage-1")).unwrap();
         let staged = work.join("stage-1/r.pb.gz");
         fs::write(&staged, b"merged").unwrap();
+        fs::write(summary_path(&staged), b"merged summary").unwrap();
         let source = dir.join("s.pb.gz");
         fs::write(&source, b"source").unwrap();
+        fs::write(summary_path(&source), b"source summary").unwrap();
         let target = dir.join("svc/day/r.pb.gz");
         let j = Journal {
             moves: vec![(staged.clone(), target.clone())],
@@ -502,7 +546,9 @@ mod tests {
         fs::create_dir_all(work.join("stage-2")).unwrap();
         recover(&work).unwrap();
         assert_eq!(fs::read(&target).unwrap(), b"merged");
+        assert_eq!(fs::read(summary_path(&target)).unwrap(), b"merged summary");
         assert!(!source.exists() && !staged.exists());
+        assert!(!summary_path(&source).exists());
         assert_eq!(fs::read_dir(&work).unwrap().count(), 0);
         fs::remove_dir_all(&dir).unwrap();
     }

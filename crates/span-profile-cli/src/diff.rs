@@ -5,7 +5,7 @@ use span_profile_core::query::{self, FrameChange, Tally};
 
 use crate::args::{parse_duration, parse_fraction, parse_version_selector, VersionSelector};
 use crate::select::WindowArgs;
-use crate::store::Store;
+use crate::store::{Store, Window};
 use crate::{Empty, Usage};
 
 /// Arguments of `diff`.
@@ -54,20 +54,28 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
     let (old_v, new_v) = (&args.old.0, &args.new.0);
     let files = store.list(&filter)?;
     let sides: Vec<Side> = store
-        .fold(&files, Vec::new, |acc, _, p| {
-            let version = p.resource.version.as_deref();
-            let old = version == Some(old_v.as_str());
-            let new = version == Some(new_v.as_str());
-            if !filter.matches_window(&p) || !(old || new) {
-                return;
+        .fold_windows(&files, Some(&filter), Vec::new, |acc, _, w| {
+            let info = w.info();
+            let old = info.version == Some(old_v.as_str());
+            let new = info.version == Some(new_v.as_str());
+            if !filter.matches(&info) || !(old || new) {
+                return true;
             }
+            let cpu = match &w {
+                Window::Summary(s) => s.cpu_by_frame(&filter),
+                Window::Profile(p) => Some(query::cpu_by_frame(std::slice::from_ref(p), &filter)),
+            };
+            let Some(cpu) = cpu else {
+                return false;
+            };
             acc.push(Side {
                 old,
                 new,
-                start: p.start_unix_ns,
-                end: p.start_unix_ns + p.duration_ns,
-                cpu: query::cpu_by_frame(std::slice::from_ref(&p), &filter),
+                start: info.start_unix_ns,
+                end: info.start_unix_ns.saturating_add(info.duration_ns),
+                cpu,
             });
+            true
         })
         .into_iter()
         .flatten()

@@ -1,7 +1,7 @@
 //! `span-profile routes --frame F`: the reverse query, which routes produce a frame's CPU.
 
 use serde::Serialize;
-use span_profile_core::query::{self, RouteShare, Tally};
+use span_profile_core::query::{self, RouteShare, Tally, WindowSummary};
 
 use crate::select::{self, WindowArgs};
 use crate::store::Store;
@@ -20,10 +20,11 @@ pub(crate) struct RoutesArgs {
 pub(crate) fn run(store: &Store<'_>, args: &RoutesArgs, json: bool) -> anyhow::Result<()> {
     let filter = args.windows.filter();
     let frame = args.frame.as_str();
-    let tally = select::stream(
+    let tally = select::stream_summarized(
         store,
         &filter,
         |p, f| query::frame_cpu_by_route(p, f, frame),
+        |s: &WindowSummary, f| s.frame_cpu_by_route(f, frame),
         Tally::merge,
     )?;
     if tally.total == 0 {

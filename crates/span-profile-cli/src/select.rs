@@ -1,17 +1,18 @@
 //! Selectors shared by `top` and `flame`, and how a selection is read from the store.
 //!
 //! Route, service, version and time selections are answered one window at a time: each
-//! decoding thread folds per-window answers that merge exactly (see `Report::merge`). A span
+//! decoding thread folds per-window answers that merge exactly (see `Report::merge`), from the
+//! window's summary where the query has a summary form, else from the decoded window. A span
 //! or trace needs its span table first, so it is read in two passes: the span tables of every
 //! window, then only the windows that overlap the span's (or trace's) time.
 
 use std::collections::HashSet;
 
-use span_profile_core::query::{self, Filter};
+use span_profile_core::query::{self, Filter, WindowSummary};
 use span_profile_core::{Profile, SpanId, TraceId};
 
 use crate::args::{parse_span_id, parse_time, parse_trace_id};
-use crate::store::Store;
+use crate::store::{Store, Window};
 use crate::Empty;
 
 /// Slack around a span's time when choosing windows: span clocks and window clocks are read
@@ -113,13 +114,41 @@ pub(crate) fn query<A: Send + Default>(
     q: impl Fn(&[Profile], &Filter) -> A + Sync,
     merge: impl Fn(&mut A, A) + Sync,
 ) -> anyhow::Result<(Filter, A)> {
+    query_with(
+        store,
+        sel,
+        q,
+        None::<fn(&WindowSummary, &Filter) -> Option<A>>,
+        merge,
+    )
+}
+
+/// [`query`] for a question that window summaries also answer: `qs` is `q` on a window's
+/// summary (see [`stream_summarized`]).
+pub(crate) fn query_summarized<A: Send + Default>(
+    store: &Store<'_>,
+    sel: &SelectorArgs,
+    q: impl Fn(&[Profile], &Filter) -> A + Sync,
+    qs: impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync,
+    merge: impl Fn(&mut A, A) + Sync,
+) -> anyhow::Result<(Filter, A)> {
+    query_with(store, sel, q, Some(qs), merge)
+}
+
+fn query_with<A: Send + Default>(
+    store: &Store<'_>,
+    sel: &SelectorArgs,
+    q: impl Fn(&[Profile], &Filter) -> A + Sync,
+    qs: Option<impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync>,
+    merge: impl Fn(&mut A, A) + Sync,
+) -> anyhow::Result<(Filter, A)> {
     let mut filter = sel.filter();
     if sel.is_span_selection() {
         let profiles = load_span_windows(store, &mut filter, sel.slowest.as_deref())?;
         let answer = q(&profiles, &filter);
         return Ok((filter, answer));
     }
-    let answer = stream(store, &filter, q, merge)?;
+    let answer = stream_with(store, &filter, q, qs, merge)?;
     Ok((filter, answer))
 }
 
@@ -130,10 +159,52 @@ pub(crate) fn stream<A: Send + Default>(
     q: impl Fn(&[Profile], &Filter) -> A + Sync,
     merge: impl Fn(&mut A, A) + Sync,
 ) -> anyhow::Result<A> {
+    stream_with(
+        store,
+        filter,
+        q,
+        None::<fn(&WindowSummary, &Filter) -> Option<A>>,
+        merge,
+    )
+}
+
+/// [`stream`] for a question that window summaries also answer: a window is answered by `qs`
+/// from its summary when it has a usable one, else by `q` from the decoded window. `qs` must
+/// give what `q` gives on the same window (or `None` when it cannot).
+pub(crate) fn stream_summarized<A: Send + Default>(
+    store: &Store<'_>,
+    filter: &Filter,
+    q: impl Fn(&[Profile], &Filter) -> A + Sync,
+    qs: impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync,
+    merge: impl Fn(&mut A, A) + Sync,
+) -> anyhow::Result<A> {
+    stream_with(store, filter, q, Some(qs), merge)
+}
+
+fn stream_with<A: Send + Default>(
+    store: &Store<'_>,
+    filter: &Filter,
+    q: impl Fn(&[Profile], &Filter) -> A + Sync,
+    qs: Option<impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync>,
+    merge: impl Fn(&mut A, A) + Sync,
+) -> anyhow::Result<A> {
     let files = store.list(filter)?;
-    let parts = store.fold(&files, A::default, |acc, _, p| {
-        if filter.matches_window(&p) {
-            merge(acc, q(std::slice::from_ref(&p), filter));
+    let summaries = qs.is_some().then_some(filter);
+    let parts = store.fold_windows(&files, summaries, A::default, |acc, _, w| {
+        if !filter.matches(&w.info()) {
+            return true;
+        }
+        let answer = match (&w, &qs) {
+            (Window::Summary(s), Some(qs)) => qs(s, filter),
+            (Window::Summary(_), None) => None,
+            (Window::Profile(p), _) => Some(q(std::slice::from_ref(p), filter)),
+        };
+        match answer {
+            Some(a) => {
+                merge(acc, a);
+                true
+            }
+            None => false,
         }
     });
     let mut answer = A::default();

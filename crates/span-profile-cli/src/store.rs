@@ -1,13 +1,18 @@
 //! Reading the file store: listing by file name, then decoding on several threads, each
 //! thread folding the windows it decodes into its own accumulator, so that a query over a
 //! day of windows never holds the day in memory.
+//!
+//! Queries that a window summary can answer (no span, no trace) read each window's summary
+//! instead of decoding it, and decode the window only when its summary is missing, corrupt or
+//! stale (ADR 0006). `SPAN_PROFILE_NO_SUMMARY=1` turns summaries off (to compare, or to rule
+//! them out).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::Context as _;
-use span_profile_core::query::Filter;
+use span_profile_core::query::{Filter, WindowInfo, WindowSummary};
 use span_profile_core::Profile;
 use span_profile_export::{
     FileStore, SkippedFile, StoreError, StoreFilter, StoreListing, StoredFile,
@@ -17,20 +22,50 @@ const MS_PER_HOUR: u64 = 3_600_000;
 const MS_PER_DAY: u64 = 24 * MS_PER_HOUR;
 const NS_PER_MS: u64 = 1_000_000;
 
+/// The environment variable that turns window summaries off when set to anything but `0`.
+const NO_SUMMARY_VAR: &str = "SPAN_PROFILE_NO_SUMMARY";
+
 /// A store directory and how many threads decode it.
 #[derive(Debug)]
 pub(crate) struct Store<'a> {
     pub(crate) dir: &'a Path,
     pub(crate) threads: usize,
+    /// Whether window summaries may answer in place of the windows.
+    summaries: bool,
     skipped: Mutex<Vec<SkippedFile>>,
+    /// Summaries that could not be used (corrupt, cut short, stale); their windows were decoded.
+    bad_summaries: Mutex<Vec<StoreError>>,
+}
+
+/// One stored window, as a fold step receives it.
+#[derive(Debug)]
+pub(crate) enum Window {
+    /// The window's summary: the step returns `false` if it cannot answer from it, and is then
+    /// called again with the decoded window.
+    Summary(WindowSummary),
+    /// The decoded window.
+    Profile(Box<Profile>),
+}
+
+impl Window {
+    /// What the window filters look at.
+    pub(crate) fn info(&self) -> WindowInfo<'_> {
+        match self {
+            Window::Summary(s) => s.info(),
+            Window::Profile(p) => p.info(),
+        }
+    }
 }
 
 impl<'a> Store<'a> {
     pub(crate) fn new(dir: &'a Path, threads: usize) -> Self {
+        let off = std::env::var_os(NO_SUMMARY_VAR).is_some_and(|v| !v.is_empty() && v != "0");
         Self {
             dir,
             threads: threads.max(1),
+            summaries: !off,
             skipped: Mutex::new(Vec::new()),
+            bad_summaries: Mutex::new(Vec::new()),
         }
     }
 
@@ -67,24 +102,61 @@ impl<'a> Store<'a> {
         init: impl Fn() -> A + Sync,
         step: impl Fn(&mut A, usize, Profile) + Sync,
     ) -> Vec<A> {
+        self.fold_windows(files, None, init, |acc, i, w| {
+            if let Window::Profile(p) = w {
+                step(acc, i, *p);
+            }
+            true
+        })
+    }
+
+    /// [`Store::fold`], offering each window's summary first when summaries can answer
+    /// `summaries_for` (and are not turned off): `step` gets [`Window::Summary`] and returns
+    /// whether it could answer from it. With a route in the filter, only that route of each
+    /// summary is decoded. A window without a usable summary, or whose summary `step` declined,
+    /// is decoded and passed as [`Window::Profile`].
+    pub(crate) fn fold_windows<A: Send>(
+        &self,
+        files: &[StoredFile],
+        summaries_for: Option<&Filter>,
+        init: impl Fn() -> A + Sync,
+        step: impl Fn(&mut A, usize, Window) -> bool + Sync,
+    ) -> Vec<A> {
+        let summaries = summaries_for.filter(|f| self.summaries && WindowSummary::answers(f));
+        let route = summaries.and_then(|f| f.route.as_deref());
         let next = AtomicUsize::new(0);
         let threads = self.threads.min(files.len()).max(1);
         let work = || {
             let mut acc = init();
             let mut skipped = Vec::new();
+            let mut bad = Vec::new();
             loop {
                 // Relaxed: the counter only hands out distinct indices; the files are shared
                 // read-only and results are joined through the scope.
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(f) = files.get(i) else { break };
+                if summaries.is_some() {
+                    match FileStore::read_summary(f, route) {
+                        Ok(Some(s)) => {
+                            if step(&mut acc, i, Window::Summary(s)) {
+                                continue;
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => bad.push(e),
+                    }
+                }
                 match read_one(f) {
-                    Ok(p) => step(&mut acc, i, p),
+                    Ok(p) => {
+                        step(&mut acc, i, Window::Profile(Box::new(p)));
+                    }
                     Err(error) => skipped.push(SkippedFile {
                         path: f.path.clone(),
                         error,
                     }),
                 }
             }
+            self.note_bad_summaries(bad);
             (acc, skipped)
         };
         let results: Vec<(A, Vec<SkippedFile>)> = if threads == 1 {
@@ -107,6 +179,17 @@ impl<'a> Store<'a> {
             .collect()
     }
 
+    fn note_bad_summaries(&self, mut bad: Vec<StoreError>) {
+        if bad.is_empty() {
+            return;
+        }
+        // A poisoned lock still holds a valid list.
+        self.bad_summaries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .append(&mut bad);
+    }
+
     fn note_skipped(&self, mut skipped: Vec<SkippedFile>) {
         if skipped.is_empty() {
             return;
@@ -119,8 +202,23 @@ impl<'a> Store<'a> {
         all.append(&mut skipped);
     }
 
-    /// Prints one warning for the skipped files on stderr (the first few with their reason).
+    /// Prints one warning for the skipped files on stderr (the first few with their reason),
+    /// and one note for the summaries that could not be used.
     pub(crate) fn warn_skipped(&self) {
+        let bad = self
+            .bad_summaries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !bad.is_empty() {
+            eprintln!(
+                "note: {} window summary file(s) in {} could not be used; those windows were decoded instead (the answer is complete)",
+                bad.len(),
+                self.dir.display()
+            );
+            for e in bad.iter().take(3) {
+                eprintln!("  {e}");
+            }
+        }
         let all = self
             .skipped
             .lock()

@@ -2,7 +2,7 @@
 //! and a service's cost by top-level frame.
 
 use serde::Serialize;
-use span_profile_core::query::{self, Coverage, FrameCost, Report, Tally};
+use span_profile_core::query::{self, Coverage, FrameCost, Report, Tally, WindowSummary};
 use span_profile_core::SpanRecord;
 
 use crate::args::format_duration_ns;
@@ -30,7 +30,13 @@ pub(crate) fn run(store: &Store<'_>, args: &TopArgs, json: bool) -> anyhow::Resu
     if cost_attribution {
         return attribution(store, args, json);
     }
-    let (filter, r) = select::query(store, sel, query::report, Report::merge)?;
+    let (filter, r) = select::query_summarized(
+        store,
+        sel,
+        query::report,
+        WindowSummary::report,
+        Report::merge,
+    )?;
     if r.samples == 0 {
         let what = match (&r.span, filter.span_id) {
             (Some(s), _) => format!("span {} ({})", s.name, s.span_id),
@@ -155,7 +161,13 @@ fn coverage_line(c: &Coverage, duration_ns: u64) -> String {
 
 /// `top --service S` alone: the service's CPU by top-level frame.
 fn attribution(store: &Store<'_>, args: &TopArgs, json: bool) -> anyhow::Result<()> {
-    let (filter, t) = select::query(store, &args.select, query::cpu_by_root_frame, Tally::merge)?;
+    let (filter, t) = select::query_summarized(
+        store,
+        &args.select,
+        query::cpu_by_root_frame,
+        WindowSummary::cpu_by_root_frame,
+        Tally::merge,
+    )?;
     let what = args.select.describe(&filter);
     if t.total == 0 {
         return Err(Empty(format!("no CPU samples for {what}")).into());

@@ -1,6 +1,7 @@
 //! `compact`: windows past --full become hourly roll-ups, past --hourly daily ones, past
 //! --daily they are deleted; aggregate answers are the same before and after, and a second
-//! run changes nothing.
+//! run changes nothing. Window summaries go with their windows: every roll-up has one, and no
+//! summary outlives the windows it replaced.
 
 mod common;
 
@@ -34,6 +35,7 @@ fn roll_ups_answer_as_the_windows_did() {
     let d = s(dir.path());
     let raw = count_files(dir.path());
     assert!(raw >= 8, "{raw} windows");
+    assert_one_summary_per_window(dir.path());
     let before = answers(d);
 
     // Nothing is old yet.
@@ -55,6 +57,7 @@ fn roll_ups_answer_as_the_windows_did() {
     let hourly = count_files(dir.path());
     assert!((1..=2).contains(&hourly), "{hourly} files: {out}");
     assert_eq!(answers(d), before);
+    assert_one_summary_per_window(dir.path());
     assert!(
         !dir.path().join(".compact").exists(),
         "no staging left behind"
@@ -69,6 +72,7 @@ fn roll_ups_answer_as_the_windows_did() {
     compact("+100d");
     assert_eq!(count_files(dir.path()), 1);
     assert_eq!(answers(d), before);
+    assert_one_summary_per_window(dir.path());
 
     // Past the last horizon: deleted, and the store is empty.
     let gone = compact("+500d");
@@ -77,6 +81,7 @@ fn roll_ups_answer_as_the_windows_did() {
         "{gone}"
     );
     assert_eq!(count_files(dir.path()), 0);
+    assert!(summary_files(dir.path()).is_empty());
     let o = run(&["top", d, "--route", "/checkout"]);
     assert_eq!(o.status.code(), Some(3));
 

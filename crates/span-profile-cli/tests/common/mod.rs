@@ -249,6 +249,11 @@ pub fn record_checkout_in_windows(dir: &Path, version: &str, window: Duration) {
 
 /// The stored windows (`.pb.gz` files) under `dir`.
 pub fn window_files(dir: &Path) -> Vec<PathBuf> {
+    files_ending(dir, ".pb.gz")
+}
+
+/// The files under `dir` whose names end with `suffix`, sorted.
+fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
@@ -256,11 +261,12 @@ pub fn window_files(dir: &Path) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 todo.push(p);
-            } else if p.to_string_lossy().ends_with(".pb.gz") {
+            } else if p.to_string_lossy().ends_with(suffix) {
                 out.push(p);
             }
         }
     }
+    out.sort();
     out
 }
 
@@ -276,10 +282,30 @@ pub fn json(out: &str) -> serde_json::Value {
 
 /// Runs the built `span-profile` with `args`.
 pub fn run(args: &[&str]) -> Output {
+    run_with_env(args, &[])
+}
+
+/// Runs the built `span-profile` with `args` and environment variables `env`.
+pub fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_span-profile"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap()
+}
+
+/// The window summaries (`.pb.gz.summary` files) under `dir`.
+pub fn summary_files(dir: &Path) -> Vec<PathBuf> {
+    files_ending(dir, ".pb.gz.summary")
+}
+
+/// Every window under `dir` has its summary, and no summary is without its window.
+pub fn assert_one_summary_per_window(dir: &Path) {
+    let want: Vec<PathBuf> = window_files(dir)
+        .into_iter()
+        .map(|p| PathBuf::from(format!("{}.summary", p.display())))
+        .collect();
+    assert_eq!(summary_files(dir), want);
 }
 
 pub fn stdout(o: &Output) -> String {

@@ -1,0 +1,151 @@
+//! Window summaries (ADR 0006) change how fast `top`, `routes` and `diff` answer, never what
+//! they answer: a store with summaries, the same store with its summaries deleted, and the
+//! store read with `SPAN_PROFILE_NO_SUMMARY=1` print the same; a corrupt or cut summary falls
+//! back to its window; and the summaries are what is read when they are there.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::*;
+
+const NO_SUMMARY: &[(&str, &str)] = &[("SPAN_PROFILE_NO_SUMMARY", "1")];
+
+/// The questions summaries answer, with the exit codes each may end with (`diff` exits 1 if a
+/// frame's share grew, which between two recordings of the same scenario is up to chance).
+fn questions(d: &str) -> Vec<(Vec<&str>, &'static [i32])> {
+    vec![
+        (vec!["top", d, "--route", "/checkout"], &[0]),
+        (vec!["top", d, "--route", "/orders", "--json"], &[0]),
+        (
+            vec![
+                "top",
+                d,
+                "--route",
+                "/checkout",
+                "--version",
+                "2.0",
+                "--since=-1h",
+            ],
+            &[0],
+        ),
+        (vec!["top", d, "--service", "checkout", "--json"], &[0]),
+        (vec!["routes", d, "--frame", "parse_date"], &[0]),
+        (
+            vec![
+                "routes",
+                d,
+                "--frame",
+                "parse_date",
+                "--json",
+                "--version",
+                "1.0",
+            ],
+            &[0],
+        ),
+        (
+            vec![
+                "diff",
+                d,
+                "--old",
+                "version=1.0",
+                "--new",
+                "version=2.0",
+                "--threshold",
+                "0",
+            ],
+            &[0, 1],
+        ),
+    ]
+}
+
+/// Every question's standard output and exit code.
+fn answers(d: &str, env: &[(&str, &str)]) -> Vec<(String, Option<i32>)> {
+    questions(d)
+        .into_iter()
+        .map(|(args, codes)| {
+            let o = run_with_env(&args, env);
+            let code = o.status.code().unwrap_or(-1);
+            assert!(codes.contains(&code), "{args:?}: {code}: {}", stderr(&o));
+            (stdout(&o), o.status.code())
+        })
+        .collect()
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap().flatten() {
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if src.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+fn two_deploys() -> TempDir {
+    let dir = TempDir::new("summaries");
+    record_checkout(dir.path(), "1.0");
+    record_checkout(dir.path(), "2.0");
+    assert_one_summary_per_window(dir.path());
+    dir
+}
+
+#[test]
+fn with_or_without_summaries_the_answers_are_the_same() {
+    let dir = two_deploys();
+    let bare = TempDir::new("summaries-deleted");
+    copy_tree(dir.path(), bare.path());
+    for f in summary_files(bare.path()) {
+        fs::remove_file(f).unwrap();
+    }
+    assert!(summary_files(bare.path()).is_empty());
+    let d = s(dir.path());
+    let with = answers(d, &[]);
+    assert!(
+        with[0].0.starts_with("route /checkout -> "),
+        "{:?}",
+        with[0]
+    );
+    assert_eq!(with, answers(s(bare.path()), &[]), "summaries deleted");
+    assert_eq!(with, answers(d, NO_SUMMARY), "SPAN_PROFILE_NO_SUMMARY=1");
+}
+
+#[test]
+fn a_corrupt_or_cut_summary_falls_back_to_its_window() {
+    let dir = two_deploys();
+    let d = s(dir.path());
+    let want = answers(d, NO_SUMMARY);
+    let summaries = summary_files(dir.path());
+    assert!(summaries.len() >= 2, "{summaries:?}");
+    fs::write(&summaries[0], b"\x08\x01 not a summary").unwrap();
+    let bytes = fs::read(&summaries[1]).unwrap();
+    fs::write(&summaries[1], &bytes[..bytes.len() / 2]).unwrap();
+
+    assert_eq!(answers(d, &[]), want);
+    let o = run(&["top", d, "--route", "/checkout"]);
+    let err = stderr(&o);
+    assert!(
+        err.contains("2 window summary file(s)") && err.contains("decoded instead"),
+        "{err}"
+    );
+    assert!(!err.contains("skipped"), "no window is left out: {err}");
+}
+
+#[test]
+fn summaries_are_what_is_read_when_they_are_there() {
+    let dir = two_deploys();
+    let d = s(dir.path());
+    let want = answers(d, &[]);
+    // Every window file garbled, its length kept: only the summaries can still answer.
+    for w in window_files(dir.path()) {
+        let len = fs::metadata(&w).unwrap().len() as usize;
+        fs::write(&w, vec![0xff; len]).unwrap();
+    }
+    assert_eq!(answers(d, &[]), want);
+    let o = run_with_env(&["top", d, "--route", "/checkout"], NO_SUMMARY);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("unreadable file(s)"), "{}", stderr(&o));
+}
