@@ -42,6 +42,17 @@ fn registry(c: &mut Criterion) {
             reg.exit(black_box(k), black_box(s.ctx.span_id));
         })
     });
+    // A key never seen before each time (asyncio tasks): its entry is inserted and, with the
+    // shards past their kept-entry bound, removed again.
+    let mut fresh = 10_000u64;
+    c.bench_function("registry/enter_exit_pair_new_key", |b| {
+        b.iter(|| {
+            fresh += 1;
+            let k = ExecutionKey::thread(fresh);
+            reg.enter(black_box(k), black_box(s));
+            reg.exit(black_box(k), black_box(s.ctx.span_id));
+        })
+    });
     let mut t = 0u64;
     c.bench_function("registry/lookup_hit_64_threads", |b| {
         b.iter(|| {

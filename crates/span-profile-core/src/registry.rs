@@ -28,6 +28,11 @@ pub struct ActiveSpan {
 /// How many slots a key may probe past its home slot. Keeps a miss bounded.
 const PROBE: usize = 8;
 const SHARDS: usize = 16;
+/// A shard keeps the entries of keys whose stack emptied (their slot released) while it has
+/// at most this many entries, so a thread that enters and leaves spans over and over does not
+/// insert and remove its entry each time. Past it, emptied entries are removed: at most
+/// `SHARDS * KEEP_EMPTY` idle entries stay, however many keys (tasks) come and go.
+const KEEP_EMPTY: usize = 64;
 /// Marks a slot whose `thread` word holds no key.
 const EMPTY: u64 = u64::MAX;
 
@@ -150,7 +155,7 @@ impl Slot {
 }
 
 /// Spans held inline per key before spilling to the heap: nesting deeper than this is rare.
-const INLINE_DEPTH: usize = 8;
+const INLINE_DEPTH: usize = 4;
 
 /// A key's stack of entered spans: inline up to [`INLINE_DEPTH`], so entering a span on a new
 /// key does not allocate in the common case.
@@ -209,8 +214,11 @@ impl SpanStack {
         true
     }
 
+    /// Empties the stack. Entries at `len` and beyond are never read, so only `len` and the
+    /// spill are reset (cheap on the hook path).
     fn clear(&mut self) {
-        *self = Self::default();
+        self.len = 0;
+        self.spill.clear();
     }
 
     fn to_vec(&self) -> Vec<ActiveSpan> {
@@ -371,7 +379,10 @@ impl ActiveSpanRegistry {
                 if let Some(i) = slot {
                     self.release(i);
                 }
-                shard.remove(&key);
+                state.slot = None;
+                if shard.len() > KEEP_EMPTY {
+                    shard.remove(&key);
+                }
             }
         }
     }
@@ -396,10 +407,18 @@ impl ActiveSpanRegistry {
     /// Forgets every span of `key` (its thread ended, its task finished).
     pub fn forget(&self, key: ExecutionKey) {
         let h = hash_key(key);
-        if let Some(state) = self.shard(h).remove(&key) {
-            if let Some(i) = state.slot {
-                self.release(i);
-            }
+        let mut shard = self.shard(h);
+        let keep = shard.len() <= KEEP_EMPTY;
+        let Some(state) = shard.get_mut(&key) else {
+            return;
+        };
+        if let Some(i) = state.slot.take() {
+            self.release(i);
+        }
+        if keep {
+            state.stack.clear();
+        } else {
+            shard.remove(&key);
         }
     }
 
@@ -452,12 +471,18 @@ impl ActiveSpanRegistry {
     }
 
     /// Counters; `active_keys` takes each shard's lock briefly.
+    ///
+    /// Entries kept for keys whose stack emptied are not active keys.
     pub fn stats(&self) -> RegistryStats {
         RegistryStats {
             active_keys: self
                 .shards
                 .iter()
-                .map(|s| s.lock().map(|m| m.len()).unwrap_or(0))
+                .map(|s| {
+                    s.lock()
+                        .map(|m| m.values().filter(|k| k.stack.len > 0).count())
+                        .unwrap_or(0)
+                })
                 .sum(),
             ..self.loss_counters()
         }
