@@ -54,7 +54,7 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
     let (old_v, new_v) = (&args.old.0, &args.new.0);
     let files = store.list(&filter)?;
     let sides: Vec<Side> = store
-        .fold_windows(&files, Some(&filter), Vec::new, |acc, _, w| {
+        .fold_windows(&files, Some((&filter, false)), Vec::new, |acc, _, w| {
             let info = w.info();
             let old = info.version == Some(old_v.as_str());
             let new = info.version == Some(new_v.as_str());

@@ -23,6 +23,7 @@ pub(crate) fn run(store: &Store<'_>, args: &RoutesArgs, json: bool) -> anyhow::R
     let tally = select::stream_summarized(
         store,
         &filter,
+        true,
         |p, f| query::frame_cpu_by_route(p, f, frame),
         |s: &WindowSummary, f| s.frame_cpu_by_route(f, frame),
         Tally::merge,

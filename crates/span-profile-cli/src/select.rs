@@ -118,13 +118,13 @@ pub(crate) fn query<A: Send + Default>(
         store,
         sel,
         q,
-        None::<fn(&WindowSummary, &Filter) -> Option<A>>,
+        None::<(fn(&WindowSummary, &Filter) -> Option<A>, bool)>,
         merge,
     )
 }
 
 /// [`query`] for a question that window summaries also answer: `qs` is `q` on a window's
-/// summary (see [`stream_summarized`]).
+/// summary (see [`stream_summarized`]; not a question by route).
 pub(crate) fn query_summarized<A: Send + Default>(
     store: &Store<'_>,
     sel: &SelectorArgs,
@@ -132,14 +132,14 @@ pub(crate) fn query_summarized<A: Send + Default>(
     qs: impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync,
     merge: impl Fn(&mut A, A) + Sync,
 ) -> anyhow::Result<(Filter, A)> {
-    query_with(store, sel, q, Some(qs), merge)
+    query_with(store, sel, q, Some((qs, false)), merge)
 }
 
 fn query_with<A: Send + Default>(
     store: &Store<'_>,
     sel: &SelectorArgs,
     q: impl Fn(&[Profile], &Filter) -> A + Sync,
-    qs: Option<impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync>,
+    qs: Option<(impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync, bool)>,
     merge: impl Fn(&mut A, A) + Sync,
 ) -> anyhow::Result<(Filter, A)> {
     let mut filter = sel.filter();
@@ -163,39 +163,41 @@ pub(crate) fn stream<A: Send + Default>(
         store,
         filter,
         q,
-        None::<fn(&WindowSummary, &Filter) -> Option<A>>,
+        None::<(fn(&WindowSummary, &Filter) -> Option<A>, bool)>,
         merge,
     )
 }
 
 /// [`stream`] for a question that window summaries also answer: a window is answered by `qs`
 /// from its summary when it has a usable one, else by `q` from the decoded window. `qs` must
-/// give what `q` gives on the same window (or `None` when it cannot).
+/// give what `q` gives on the same window (or `None` when it cannot); `by_route` for a
+/// question by route (it needs every route of a summary).
 pub(crate) fn stream_summarized<A: Send + Default>(
     store: &Store<'_>,
     filter: &Filter,
+    by_route: bool,
     q: impl Fn(&[Profile], &Filter) -> A + Sync,
     qs: impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync,
     merge: impl Fn(&mut A, A) + Sync,
 ) -> anyhow::Result<A> {
-    stream_with(store, filter, q, Some(qs), merge)
+    stream_with(store, filter, q, Some((qs, by_route)), merge)
 }
 
 fn stream_with<A: Send + Default>(
     store: &Store<'_>,
     filter: &Filter,
     q: impl Fn(&[Profile], &Filter) -> A + Sync,
-    qs: Option<impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync>,
+    qs: Option<(impl Fn(&WindowSummary, &Filter) -> Option<A> + Sync, bool)>,
     merge: impl Fn(&mut A, A) + Sync,
 ) -> anyhow::Result<A> {
     let files = store.list(filter)?;
-    let summaries = qs.is_some().then_some(filter);
+    let summaries = qs.as_ref().map(|&(_, by_route)| (filter, by_route));
     let parts = store.fold_windows(&files, summaries, A::default, |acc, _, w| {
         if !filter.matches(&w.info()) {
             return true;
         }
         let answer = match (&w, &qs) {
-            (Window::Summary(s), Some(qs)) => qs(s, filter),
+            (Window::Summary(s), Some((qs, _))) => qs(s, filter),
             (Window::Summary(_), None) => None,
             (Window::Profile(p), _) => Some(q(std::slice::from_ref(p), filter)),
         };

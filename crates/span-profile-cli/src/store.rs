@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::Context as _;
-use span_profile_core::query::{Filter, WindowInfo, WindowSummary};
+use span_profile_core::query::{Filter, SummaryScope, WindowInfo, WindowSummary};
 use span_profile_core::Profile;
 use span_profile_export::{
     FileStore, SkippedFile, StoreError, StoreFilter, StoreListing, StoredFile,
@@ -42,7 +42,7 @@ pub(crate) struct Store<'a> {
 pub(crate) enum Window {
     /// The window's summary: the step returns `false` if it cannot answer from it, and is then
     /// called again with the decoded window.
-    Summary(WindowSummary),
+    Summary(Box<WindowSummary>),
     /// The decoded window.
     Profile(Box<Profile>),
 }
@@ -111,19 +111,21 @@ impl<'a> Store<'a> {
     }
 
     /// [`Store::fold`], offering each window's summary first when summaries can answer
-    /// `summaries_for` (and are not turned off): `step` gets [`Window::Summary`] and returns
-    /// whether it could answer from it. With a route in the filter, only that route of each
-    /// summary is decoded. A window without a usable summary, or whose summary `step` declined,
-    /// is decoded and passed as [`Window::Profile`].
+    /// `summaries_for` (a filter, and whether the question is by route) and are not turned
+    /// off: `step` gets [`Window::Summary`] and returns whether it could answer from it. Only
+    /// the part of each summary the question needs is decoded. A window without a usable
+    /// summary, or whose summary `step` declined, is decoded and passed as
+    /// [`Window::Profile`].
     pub(crate) fn fold_windows<A: Send>(
         &self,
         files: &[StoredFile],
-        summaries_for: Option<&Filter>,
+        summaries_for: Option<(&Filter, bool)>,
         init: impl Fn() -> A + Sync,
         step: impl Fn(&mut A, usize, Window) -> bool + Sync,
     ) -> Vec<A> {
-        let summaries = summaries_for.filter(|f| self.summaries && WindowSummary::answers(f));
-        let route = summaries.and_then(|f| f.route.as_deref());
+        let scope = summaries_for
+            .filter(|(f, _)| self.summaries && WindowSummary::answers(f))
+            .map(|(f, by_route)| SummaryScope::needed(f, by_route));
         let next = AtomicUsize::new(0);
         let threads = self.threads.min(files.len()).max(1);
         let work = || {
@@ -135,10 +137,10 @@ impl<'a> Store<'a> {
                 // read-only and results are joined through the scope.
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(f) = files.get(i) else { break };
-                if summaries.is_some() {
-                    match FileStore::read_summary(f, route) {
+                if let Some(scope) = &scope {
+                    match FileStore::read_summary(f, scope) {
                         Ok(Some(s)) => {
-                            if step(&mut acc, i, Window::Summary(s)) {
+                            if step(&mut acc, i, Window::Summary(Box::new(s))) {
                                 continue;
                             }
                         }

@@ -31,6 +31,7 @@ fn questions(d: &str) -> Vec<(Vec<&str>, &'static [i32])> {
             &[0],
         ),
         (vec!["top", d, "--service", "checkout", "--json"], &[0]),
+        (vec!["top", d, "--version", "1.0"], &[0]),
         (vec!["routes", d, "--frame", "parse_date"], &[0]),
         (
             vec![

@@ -18,7 +18,7 @@ use std::hash::Hash;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
-pub use crate::summary::{FrameSummary, RouteSummary, WindowSummary};
+pub use crate::summary::{FrameSummary, RouteSummary, SummaryScope, WindowSummary};
 use crate::{Profile, ProfileSample, SpanId, SpanRecord, TraceId};
 
 /// Which samples to select. Set fields combine with AND.

@@ -46,10 +46,41 @@ pub struct WindowSummary {
     pub strings: Vec<String>,
     /// One entry per route label, sorted by route name.
     pub routes: Vec<RouteSummary>,
-    /// Set when only one route was read (see `decode_summary_route` in span-profile-export):
-    /// `routes` then holds that route's entry alone, or none if the window has no samples of
-    /// it, and the summary answers only filters that select this route.
-    pub only_route: Option<String>,
+    /// All routes' counts added up (its `route` is unused), when the summary has them: they
+    /// answer the questions that select no route without adding up every route.
+    pub all_routes: Option<RouteSummary>,
+    /// What of the summary was read ([`SummaryScope::Whole`] unless a reader decoded only the
+    /// part a question needs).
+    pub scope: SummaryScope,
+}
+
+/// What of a [`WindowSummary`] is there: all of it, or only what one kind of question needs
+/// (a reader that decodes less is faster). A summary asked a question its scope cannot answer
+/// returns `None`, never a wrong answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SummaryScope {
+    /// Every route, and the total of all routes if the summary has one.
+    #[default]
+    Whole,
+    /// This route's entry alone (none if the window has no samples of it): answers filters
+    /// that select this route.
+    Route(String),
+    /// The total of all routes alone: answers filters that select no route, except questions
+    /// by route ([`WindowSummary::frame_cpu_by_route`]).
+    AllRoutes,
+}
+
+impl SummaryScope {
+    /// The least a summary must hold to answer `filter`, `by_route` for questions that break
+    /// CPU down by route.
+    pub fn needed(filter: &Filter, by_route: bool) -> Self {
+        match &filter.route {
+            Some(r) => SummaryScope::Route(r.clone()),
+            None if by_route => SummaryScope::Whole,
+            None => SummaryScope::AllRoutes,
+        }
+    }
 }
 
 /// One route's samples in a window.
@@ -109,6 +140,48 @@ struct RouteCounts {
     root_cpu: FxHashMap<u32, u64>,
 }
 
+impl RouteCounts {
+    /// Adds another route's counts (for the total of all routes).
+    fn add(&mut self, other: &RouteCounts) {
+        self.wall += other.wall;
+        self.cpu += other.cpu;
+        for (key, self_wall, total_wall) in other.frames.iter() {
+            self.frames.add(key, self_wall, total_wall);
+        }
+        for (into, from) in [
+            (&mut self.function_cpu, &other.function_cpu),
+            (&mut self.root_cpu, &other.root_cpu),
+        ] {
+            for (&k, &n) in from {
+                *into.entry(k).or_default() += n;
+            }
+        }
+    }
+
+    /// The route's entry, in a stable order.
+    fn finish(self, route: u32) -> RouteSummary {
+        let mut frames: Vec<FrameSummary> = self
+            .frames
+            .iter()
+            .map(|((function, file), self_wall, total_wall)| FrameSummary {
+                function,
+                file,
+                self_wall,
+                total_wall,
+            })
+            .collect();
+        frames.sort_unstable_by_key(|f| (f.function, f.file));
+        RouteSummary {
+            route,
+            wall_samples: self.wall,
+            cpu_samples: self.cpu,
+            frames,
+            function_cpu: sorted(self.function_cpu),
+            root_cpu: sorted(self.root_cpu),
+        }
+    }
+}
+
 impl WindowSummary {
     /// Summarizes one window.
     pub fn from_profile(p: &Profile) -> Self {
@@ -143,29 +216,13 @@ impl WindowSummary {
         }
         let mut names: Vec<&str> = routes.keys().copied().collect();
         names.sort_unstable();
-        let routes = names
+        let mut all = RouteCounts::default();
+        let routes: Vec<RouteSummary> = names
             .into_iter()
             .map(|name| {
                 let c = routes.remove(name).unwrap_or_default();
-                let mut frames: Vec<FrameSummary> = c
-                    .frames
-                    .iter()
-                    .map(|((function, file), self_wall, total_wall)| FrameSummary {
-                        function,
-                        file,
-                        self_wall,
-                        total_wall,
-                    })
-                    .collect();
-                frames.sort_unstable_by_key(|f| (f.function, f.file));
-                RouteSummary {
-                    route: strings.intern(name),
-                    wall_samples: c.wall,
-                    cpu_samples: c.cpu,
-                    frames,
-                    function_cpu: sorted(c.function_cpu),
-                    root_cpu: sorted(c.root_cpu),
-                }
+                all.add(&c);
+                c.finish(strings.intern(name))
             })
             .collect();
         WindowSummary {
@@ -177,7 +234,8 @@ impl WindowSummary {
             cpu_samples: p.total_cpu_samples(),
             strings: strings.table,
             routes,
-            only_route: None,
+            all_routes: Some(all.finish(0)),
+            scope: SummaryScope::Whole,
         }
     }
 
@@ -201,21 +259,27 @@ impl WindowSummary {
         self.strings.get(index as usize).map_or("", String::as_str)
     }
 
-    /// The routes `filter` selects, or `None` if this summary cannot answer it. No route for
-    /// a window the filter leaves out.
+    /// The route entries that hold `filter`'s samples (`by_route`: one entry per route, for
+    /// questions by route), or `None` if this summary cannot answer it. No entry for a window
+    /// the filter leaves out.
     fn selected<'a>(
         &'a self,
         filter: &'a Filter,
+        by_route: bool,
     ) -> Option<impl Iterator<Item = &'a RouteSummary> + 'a> {
-        let all_routes_read = self
-            .only_route
-            .as_ref()
-            .is_none_or(|only| filter.route.as_ref() == Some(only));
-        if !Self::answers(filter) || !all_routes_read {
+        if !Self::answers(filter) {
             return None;
         }
+        let entries: &[RouteSummary] = match (&filter.route, &self.scope, &self.all_routes) {
+            (Some(_), SummaryScope::Whole, _) => &self.routes,
+            (Some(want), SummaryScope::Route(read), _) if want == read => &self.routes,
+            (Some(_), _, _) => return None,
+            (None, _, Some(all)) if !by_route => std::slice::from_ref(all),
+            (None, SummaryScope::Whole, _) => &self.routes,
+            (None, _, _) => return None,
+        };
         let window = filter.matches(&self.info());
-        Some(self.routes.iter().filter(move |r| {
+        Some(entries.iter().filter(move |r| {
             window
                 && filter
                     .route
@@ -225,11 +289,11 @@ impl WindowSummary {
     }
 
     /// [`crate::query::report`] of this window, or `None` for a filter with a span or a trace
-    /// (or, for a summary read for one route, a filter that does not select that route).
+    /// (or one that the summary's [`SummaryScope`] does not cover).
     pub fn report(&self, filter: &Filter) -> Option<Report> {
         let mut r = Report::default();
         let mut costs: FrameCosts<(&str, &str)> = FrameCosts::default();
-        for route in self.selected(filter)? {
+        for route in self.selected(filter, false)? {
             r.samples += route.wall_samples;
             r.cpu_samples += route.cpu_samples;
             for f in &route.frames {
@@ -246,7 +310,7 @@ impl WindowSummary {
 
     /// [`crate::query::cpu_by_frame`] of this window, or `None` for a filter with a span or a trace.
     pub fn cpu_by_frame(&self, filter: &Filter) -> Option<Tally> {
-        self.tally(filter, |t, route| {
+        self.tally(filter, false, |t, route| {
             for &(f, n) in &route.function_cpu {
                 add_positive(t, self.string(f), n);
             }
@@ -256,7 +320,7 @@ impl WindowSummary {
     /// [`crate::query::frame_cpu_by_route`] of this window, or `None` for a filter with a span or a
     /// trace.
     pub fn frame_cpu_by_route(&self, filter: &Filter, function: &str) -> Option<Tally> {
-        self.tally(filter, |t, route| {
+        self.tally(filter, true, |t, route| {
             for &(f, n) in &route.function_cpu {
                 if self.string(f) == function {
                     add_positive(t, self.string(route.route), n);
@@ -268,7 +332,7 @@ impl WindowSummary {
     /// [`crate::query::cpu_by_root_frame`] of this window, or `None` for a filter with a span or a
     /// trace.
     pub fn cpu_by_root_frame(&self, filter: &Filter) -> Option<Tally> {
-        self.tally(filter, |t, route| {
+        self.tally(filter, false, |t, route| {
             for &(f, n) in &route.root_cpu {
                 add_positive(t, self.string(f), n);
             }
@@ -279,10 +343,11 @@ impl WindowSummary {
     fn tally(
         &self,
         filter: &Filter,
+        by_route: bool,
         mut add: impl FnMut(&mut Tally, &RouteSummary),
     ) -> Option<Tally> {
         let mut t = Tally::default();
-        for route in self.selected(filter)? {
+        for route in self.selected(filter, by_route)? {
             t.total += route.cpu_samples;
             add(&mut t, route);
         }

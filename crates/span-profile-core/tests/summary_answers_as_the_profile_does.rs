@@ -130,11 +130,20 @@ fn one_window_answers_the_same_from_its_summary() {
     for case in 0..300 {
         let p = window(&mut rng, case % 6);
         let s = WindowSummary::from_profile(&p);
+        assert!(s.all_routes.is_some());
+        // Without the total of all routes, the routes are added up instead.
+        let mut by_route = s.clone();
+        by_route.all_routes = None;
         let one = std::slice::from_ref(&p);
         for f in &filters {
-            let what = format!("case {case}, {f:?}\n{p:#?}");
-            assert_same(&s.report(f).unwrap(), &query::report(one, f), &what);
-            assert_tallies(one, &s, f, &what);
+            for s in [&s, &by_route] {
+                let what = format!(
+                    "case {case}, {f:?}, {} total\n{p:#?}",
+                    s.all_routes.is_some()
+                );
+                assert_same(&s.report(f).unwrap(), &query::report(one, f), &what);
+                assert_tallies(one, s, f, &what);
+            }
         }
     }
 }

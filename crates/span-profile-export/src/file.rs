@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, SystemTime};
 
-use span_profile_core::query::WindowSummary;
+use span_profile_core::query::{SummaryScope, WindowSummary};
 use span_profile_core::{ExportError, Exporter, Profile};
 
 use crate::summary::{self, encode_summary, SummaryError, MAX_SUMMARY_LEN};
@@ -474,12 +474,11 @@ impl FileStore {
     /// (its recorded length differs). On an error, decode the window with
     /// [`FileStore::read_file`] instead.
     ///
-    /// With `Some(route)`, only that route is decoded (see
-    /// [`decode_summary_route`](crate::decode_summary_route)): faster, for questions about
-    /// that route alone.
+    /// Only what `scope` needs is decoded (see
+    /// [`decode_summary_scoped`](crate::decode_summary_scoped)).
     pub fn read_summary(
         f: &StoredFile,
-        route: Option<&str>,
+        scope: &SummaryScope,
     ) -> Result<Option<WindowSummary>, StoreError> {
         let path = summary_path(&f.path);
         let bytes = match read_capped(&path, MAX_SUMMARY_LEN) {
@@ -487,7 +486,7 @@ impl FileStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(StoreError::Io { path, source }),
         };
-        let stored = match summary::decode(bytes.into(), route) {
+        let stored = match summary::decode(bytes.into(), scope) {
             Ok(s) => s,
             Err(source) => return Err(StoreError::Summary { path, source }),
         };

@@ -72,6 +72,6 @@ pub use file::{
     StoreListing, StoreRead, StoredFile, FILE_SUFFIX, STALE_AFTER, SUMMARY_SUFFIX, TEMP_PREFIX,
 };
 pub use summary::{
-    decode_summary, decode_summary_route, encode_summary, StoredSummary, SummaryError,
+    decode_summary, decode_summary_scoped, encode_summary, StoredSummary, SummaryError,
     MAX_SUMMARY_LEN,
 };

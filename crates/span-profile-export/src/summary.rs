@@ -6,16 +6,17 @@
 //! prost decodes without a per-entry message. No gzip: a summary is a fifth of its window's
 //! pprof and is read far more often than written.
 //!
-//! Each route is an embedded message that the decoder first takes as raw bytes, so that
-//! [`decode_summary_route`] reads only the route's name and totals of the others and decodes
-//! the one route a query selects.
+//! Each route, and the total of all routes, is an embedded message that the decoder first
+//! takes as raw bytes, so that [`decode_summary_scoped`] decodes only what a question needs:
+//! the one route it selects, or the total of all routes; of the others it reads only the name
+//! and the sample counts (to check them).
 //!
 //! The message also records the length of the pprof file it summarizes, so that a reader can
 //! tell a summary from the window next to it apart from a stale one.
 
 use prost::bytes::Bytes;
 use prost::Message;
-use span_profile_core::query::{FrameSummary, RouteSummary, WindowSummary};
+use span_profile_core::query::{FrameSummary, RouteSummary, SummaryScope, WindowSummary};
 
 /// Version of the summary layout; a decoder refuses newer ones.
 const FORMAT: u32 = 1;
@@ -115,6 +116,10 @@ struct SummaryMsg {
     /// Each a [`RouteMsg`], kept as bytes so that routes are decoded only when wanted.
     #[prost(bytes = "bytes", repeated, tag = "10")]
     routes: Vec<Bytes>,
+    /// All routes added up (a [`RouteMsg`] whose `route` is unused); absent in a summary
+    /// without it.
+    #[prost(bytes = "bytes", optional, tag = "11")]
+    all_routes: Option<Bytes>,
     /// Always true, and the last field written (prost writes fields by tag): a summary cut
     /// anywhere lacks it.
     #[prost(bool, tag = "15")]
@@ -171,28 +176,24 @@ struct RouteMsg {
 /// assert!(decode_summary(b"\xff\xff").is_err());
 /// ```
 pub fn encode_summary(s: &WindowSummary, pprof_len: u64) -> Vec<u8> {
-    let routes = s
-        .routes
-        .iter()
-        .map(|r| {
-            let (cpu_function, cpu_samples_by_function) = r.function_cpu.iter().copied().unzip();
-            let (root_function, root_cpu) = r.root_cpu.iter().copied().unzip();
-            let msg = RouteMsg {
-                route: r.route,
-                wall_samples: r.wall_samples,
-                cpu_samples: r.cpu_samples,
-                frame_function: r.frames.iter().map(|f| f.function).collect(),
-                frame_file: r.frames.iter().map(|f| f.file).collect(),
-                frame_self_wall: r.frames.iter().map(|f| f.self_wall).collect(),
-                frame_total_wall: r.frames.iter().map(|f| f.total_wall).collect(),
-                cpu_function,
-                cpu_samples_by_function,
-                root_function,
-                root_cpu,
-            };
-            Bytes::from(msg.encode_to_vec())
-        })
-        .collect();
+    let route_msg = |r: &RouteSummary| {
+        let (cpu_function, cpu_samples_by_function) = r.function_cpu.iter().copied().unzip();
+        let (root_function, root_cpu) = r.root_cpu.iter().copied().unzip();
+        let msg = RouteMsg {
+            route: r.route,
+            wall_samples: r.wall_samples,
+            cpu_samples: r.cpu_samples,
+            frame_function: r.frames.iter().map(|f| f.function).collect(),
+            frame_file: r.frames.iter().map(|f| f.file).collect(),
+            frame_self_wall: r.frames.iter().map(|f| f.self_wall).collect(),
+            frame_total_wall: r.frames.iter().map(|f| f.total_wall).collect(),
+            cpu_function,
+            cpu_samples_by_function,
+            root_function,
+            root_cpu,
+        };
+        Bytes::from(msg.encode_to_vec())
+    };
     SummaryMsg {
         format: FORMAT,
         pprof_len,
@@ -203,7 +204,8 @@ pub fn encode_summary(s: &WindowSummary, pprof_len: u64) -> Vec<u8> {
         wall_samples: s.wall_samples,
         cpu_samples: s.cpu_samples,
         strings: s.strings.clone(),
-        routes,
+        routes: s.routes.iter().map(route_msg).collect(),
+        all_routes: s.all_routes.as_ref().map(route_msg),
         complete: true,
     }
     .encode_to_vec()
@@ -213,31 +215,33 @@ pub fn encode_summary(s: &WindowSummary, pprof_len: u64) -> Vec<u8> {
 /// last field must be there (a cut file is refused), every string index is checked, parallel
 /// columns must have equal lengths, and the routes' samples must add up to the window's.
 pub fn decode_summary(data: &[u8]) -> Result<StoredSummary, SummaryError> {
-    decode(Bytes::copy_from_slice(data), None)
+    decode(Bytes::copy_from_slice(data), &SummaryScope::Whole)
 }
 
-/// [`decode_summary`] for questions about one route: only that route is decoded, and the
-/// summary says so in [`WindowSummary::only_route`] (it then answers only filters that select
-/// this route). The other routes' names and totals are still read and checked.
+/// [`decode_summary`], decoding only what `scope` needs: one route, or the total of all
+/// routes (the whole summary if it has no total). The summary's
+/// [`scope`](WindowSummary::scope) says what it holds; it answers nothing it does not hold.
+/// Every route's name and sample counts are still read and checked.
 ///
 /// ```
-/// use span_profile_core::query::{Filter, WindowSummary};
-/// use span_profile_export::{decode_summary_route, encode_summary};
+/// use span_profile_core::query::{Filter, SummaryScope, WindowSummary};
+/// use span_profile_export::{decode_summary_scoped, encode_summary};
 /// # let p = span_profile_core::Profile::empty(Default::default(), 0, 60_000_000_000, 10_000_000);
 /// let bytes = encode_summary(&WindowSummary::from_profile(&p), 0);
-/// let s = decode_summary_route(bytes, "/checkout").unwrap().summary;
+/// let route = SummaryScope::Route("/checkout".into());
+/// let s = decode_summary_scoped(bytes, &route).unwrap().summary;
 /// assert!(s.report(&Filter::default().route("/checkout")).is_some());
 /// assert!(s.report(&Filter::default()).is_none(), "not every route was decoded");
 /// ```
-pub fn decode_summary_route(
+pub fn decode_summary_scoped(
     data: impl Into<Bytes>,
-    route: &str,
+    scope: &SummaryScope,
 ) -> Result<StoredSummary, SummaryError> {
-    decode(data.into(), Some(route))
+    decode(data.into(), scope)
 }
 
-/// [`decode_summary`], or [`decode_summary_route`] with `only_route`, without a copy.
-pub(crate) fn decode(data: Bytes, only_route: Option<&str>) -> Result<StoredSummary, SummaryError> {
+/// [`decode_summary_scoped`] without a copy.
+pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary, SummaryError> {
     if data.len() as u64 > MAX_SUMMARY_LEN {
         return Err(SummaryError::TooLarge {
             len: data.len() as u64,
@@ -263,6 +267,22 @@ pub(crate) fn decode(data: Bytes, only_route: Option<&str>) -> Result<StoredSumm
             })
         }
     };
+    // Without a total of all routes, a question about all routes needs every route.
+    let scope = match (scope, &msg.all_routes) {
+        (SummaryScope::AllRoutes, None) => &SummaryScope::Whole,
+        _ => scope,
+    };
+    let all_routes = match (scope, &msg.all_routes) {
+        (SummaryScope::Whole | SummaryScope::AllRoutes, Some(body)) => {
+            // Reported as the route after the last one.
+            let at = msg.routes.len();
+            let r = RouteMsg::decode(body.clone()).map_err(SummaryError::Protobuf)?;
+            let r = route_summary(at, r, |field, index| check(at, field, index))?;
+            check_totals(&msg, r.wall_samples, r.cpu_samples)?;
+            Some(r)
+        }
+        _ => None,
+    };
     let mut routes = Vec::new();
     let (mut wall, mut cpu) = (Some(0u64), Some(0u64));
     for (i, body) in msg.routes.iter().enumerate() {
@@ -270,25 +290,24 @@ pub(crate) fn decode(data: Bytes, only_route: Option<&str>) -> Result<StoredSumm
         let name = check(i, "route", head.route)?;
         wall = wall.and_then(|w| w.checked_add(head.wall_samples));
         cpu = cpu.and_then(|c| c.checked_add(head.cpu_samples));
-        let wanted =
-            only_route.is_none_or(|want| msg.strings.get(name as usize).is_some_and(|s| s == want));
+        let wanted = match scope {
+            SummaryScope::Whole => true,
+            SummaryScope::Route(want) => msg.strings.get(name as usize) == Some(want),
+            _ => false,
+        };
         if wanted {
             let r = RouteMsg::decode(body.clone()).map_err(SummaryError::Protobuf)?;
             routes.push(route_summary(i, r, |field, index| check(i, field, index))?);
         }
     }
-    for (what, window, sum) in [
-        ("wall", msg.wall_samples, wall),
-        ("CPU", msg.cpu_samples, cpu),
-    ] {
-        if sum != Some(window) {
-            return Err(SummaryError::Totals {
-                what,
-                routes: sum.unwrap_or(u64::MAX),
-                window,
-            });
-        }
-    }
+    let (Some(wall), Some(cpu)) = (wall, cpu) else {
+        return Err(SummaryError::Totals {
+            what: "wall or CPU",
+            routes: u64::MAX,
+            window: msg.wall_samples.max(msg.cpu_samples),
+        });
+    };
+    check_totals(&msg, wall, cpu)?;
     Ok(StoredSummary {
         summary: WindowSummary {
             service: msg.service,
@@ -299,10 +318,28 @@ pub(crate) fn decode(data: Bytes, only_route: Option<&str>) -> Result<StoredSumm
             cpu_samples: msg.cpu_samples,
             strings: msg.strings,
             routes,
-            only_route: only_route.map(str::to_owned),
+            all_routes,
+            scope: scope.clone(),
         },
         pprof_len: msg.pprof_len,
     })
+}
+
+/// Routes that hold `wall` and `cpu` samples must hold all the window's.
+fn check_totals(msg: &SummaryMsg, wall: u64, cpu: u64) -> Result<(), SummaryError> {
+    for (what, window, routes) in [
+        ("wall", msg.wall_samples, wall),
+        ("CPU", msg.cpu_samples, cpu),
+    ] {
+        if routes != window {
+            return Err(SummaryError::Totals {
+                what,
+                routes,
+                window,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// One decoded route, its columns checked; `check` checks a string index.
@@ -426,15 +463,27 @@ mod tests {
     }
 
     #[test]
-    fn one_route_is_decoded_alone_and_answers_as_the_whole() {
+    fn a_part_is_decoded_alone_and_answers_as_the_whole() {
         use span_profile_core::query::Filter;
         let s = summary();
         let bytes = encode_summary(&s, 5);
+        let total = decode_summary_scoped(bytes.clone(), &SummaryScope::AllRoutes).unwrap();
+        assert!(total.summary.routes.is_empty());
+        assert_eq!(total.summary.all_routes, s.all_routes);
+        let f = Filter::default();
+        assert_eq!(total.summary.cpu_by_frame(&f), s.cpu_by_frame(&f));
+        assert!(total.summary.frame_cpu_by_route(&f, "serve").is_none());
+        // A summary without the total: all routes are decoded instead.
+        let mut old = s.clone();
+        old.all_routes = None;
+        let whole = decode_summary_scoped(encode_summary(&old, 5), &SummaryScope::AllRoutes);
+        assert_eq!(whole.unwrap().summary, old);
         for route in ["/orders", "background", "/nowhere"] {
-            let one = decode_summary_route(bytes.clone(), route).unwrap();
+            let scope = SummaryScope::Route(route.into());
+            let one = decode_summary_scoped(bytes.clone(), &scope).unwrap();
             assert_eq!(one.pprof_len, 5);
-            assert_eq!(one.summary.only_route.as_deref(), Some(route));
-            assert!(one.summary.routes.len() <= 1);
+            assert_eq!(one.summary.scope, scope);
+            assert!(one.summary.routes.len() <= 1 && one.summary.all_routes.is_none());
             let f = Filter::default().route(route);
             let (a, b) = (one.summary.report(&f).unwrap(), s.report(&f).unwrap());
             assert_eq!(
@@ -467,19 +516,21 @@ mod tests {
                 let _ = decode_summary(&b);
             }
         }
-        // The same through the one-route decoder.
+        // The same through the partial decoders.
+        let route = SummaryScope::Route("/orders".into());
         for n in 0..bytes.len() {
-            assert!(
-                decode_summary_route(bytes[..n].to_vec(), "/orders").is_err(),
-                "cut at {n}"
-            );
+            for scope in [&route, &SummaryScope::AllRoutes] {
+                let cut = decode_summary_scoped(bytes[..n].to_vec(), scope);
+                assert!(cut.is_err(), "cut at {n}");
+            }
         }
         // Arbitrary bytes.
         let mut rng = span_profile_test::XorShift(0x9e37_79b9_7f4a_7c15);
         for len in 0..2_000 {
             let junk: Vec<u8> = (0..len % 300).map(|_| rng.next_u64() as u8).collect();
             let _ = decode_summary(&junk);
-            let _ = decode_summary_route(junk, "");
+            let _ = decode_summary_scoped(junk.clone(), &SummaryScope::Route(String::new()));
+            let _ = decode_summary_scoped(junk, &SummaryScope::AllRoutes);
         }
         assert!(matches!(
             decode_summary(b"\xff\xff\xff"),

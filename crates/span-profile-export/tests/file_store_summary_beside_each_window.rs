@@ -7,7 +7,7 @@ mod common;
 
 use std::fs;
 
-use span_profile_core::query::WindowSummary;
+use span_profile_core::query::{SummaryScope, WindowSummary};
 use span_profile_export::{summary_path, FileStore, StoreError, StoreFilter, SUMMARY_SUFFIX};
 
 #[test]
@@ -26,7 +26,9 @@ fn a_window_reads_back_with_its_summary() {
         .files;
     assert_eq!(listed.len(), 1, "the summary is not a window: {listed:?}");
     assert_eq!(listed[0].path, path);
-    let summary = FileStore::read_summary(&listed[0], None).unwrap().unwrap();
+    let summary = FileStore::read_summary(&listed[0], &SummaryScope::Whole)
+        .unwrap()
+        .unwrap();
     assert_eq!(summary, WindowSummary::from_profile(&p));
     assert!(FileStore::read(dir.path(), &StoreFilter::default())
         .unwrap()
@@ -49,7 +51,7 @@ fn missing_corrupt_cut_or_stale_summaries_are_not_answers() {
     };
 
     fs::write(&sidecar, &good[..good.len() - 3]).unwrap();
-    let e = FileStore::read_summary(&file(), None).unwrap_err();
+    let e = FileStore::read_summary(&file(), &SummaryScope::Whole).unwrap_err();
     assert!(matches!(e, StoreError::Summary { .. }), "{e}");
     assert!(
         e.to_string().contains("decode its window file instead"),
@@ -58,7 +60,7 @@ fn missing_corrupt_cut_or_stale_summaries_are_not_answers() {
 
     fs::write(&sidecar, b"\x1f\x8b garbage").unwrap();
     assert!(matches!(
-        FileStore::read_summary(&file(), None),
+        FileStore::read_summary(&file(), &SummaryScope::Whole),
         Err(StoreError::Summary { .. })
     ));
 
@@ -67,11 +69,13 @@ fn missing_corrupt_cut_or_stale_summaries_are_not_answers() {
     let mut bytes = fs::read(&path).unwrap();
     bytes.extend_from_slice(b"tail");
     fs::write(&path, &bytes).unwrap();
-    let e = FileStore::read_summary(&file(), None).unwrap_err();
+    let e = FileStore::read_summary(&file(), &SummaryScope::Whole).unwrap_err();
     assert!(matches!(e, StoreError::StaleSummary { .. }), "{e}");
 
     fs::remove_file(&sidecar).unwrap();
-    assert!(FileStore::read_summary(&file(), None).unwrap().is_none());
+    assert!(FileStore::read_summary(&file(), &SummaryScope::Whole)
+        .unwrap()
+        .is_none());
 
     // A summary whose window is gone is not listed.
     fs::write(&sidecar, &good).unwrap();
