@@ -38,6 +38,7 @@ fn ten_thousand_registered_threads_a_second_come_and_go() {
     };
     let before = span_profile_native::stats();
     let ran = Arc::new(AtomicU64::new(0));
+    let register = std::env::var_os("CHURN_BASELINE").is_none();
     let start = Instant::now();
     let total = TARGET_PER_S * SECONDS;
     let mut spawned = 0u64;
@@ -53,7 +54,7 @@ fn ten_thousand_registered_threads_a_second_come_and_go() {
                 std::thread::Builder::new()
                     .stack_size(64 * 1024)
                     .spawn(move || {
-                        let _g = (std::env::var_os("CHURN_BASELINE").is_none())
+                        let _g = register
                             .then(|| span_profile_native::register_current_thread().unwrap());
                         common::spin_for(Duration::from_micros(20 + (i % 7) * 10));
                         ran.fetch_add(1, Ordering::Relaxed);
