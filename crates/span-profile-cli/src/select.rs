@@ -123,7 +123,7 @@ pub(crate) fn query<A: Send + Default>(
     )
 }
 
-/// [`query`] for a question that window summaries also answer: `qs` is `q` on a window's
+/// [`query()`] for a question that window summaries also answer: `qs` is `q` on a window's
 /// summary (see [`stream_summarized`]; not a question by route).
 pub(crate) fn query_summarized<A: Send + Default>(
     store: &Store<'_>,

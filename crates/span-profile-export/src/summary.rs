@@ -74,6 +74,14 @@ pub enum SummaryError {
         /// The window's total.
         window: u64,
     },
+    /// Counts contradict each other (a frame with more samples than its route, …).
+    #[error("route {route}: {what}; the summary is corrupt")]
+    Counts {
+        /// The route's position in the summary.
+        route: usize,
+        /// What does not hold.
+        what: &'static str,
+    },
     /// Columns that must be as long as each other are not.
     #[error("route {route}: the {what} columns have different lengths")]
     Columns {
@@ -387,6 +395,37 @@ fn route_summary(
             .map(|(&name, &count)| Ok((check(field, name)?, count)))
             .collect::<Result<Vec<_>, SummaryError>>()
     };
+    // What counting guarantees: a frame's self samples are among its total, which are among
+    // the route's (each sample counts once); a function's CPU samples are among the route's;
+    // every CPU sample has exactly one outermost frame. So no sum a query makes of one
+    // summary's counts can overflow.
+    let counts = |what, ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(SummaryError::Counts { route, what })
+        }
+    };
+    counts(
+        "a frame has more samples than its route",
+        frames
+            .iter()
+            .all(|f| f.self_wall <= f.total_wall && f.total_wall <= r.wall_samples),
+    )?;
+    counts(
+        "a function has more CPU samples than its route",
+        r.cpu_samples_by_function
+            .iter()
+            .all(|&n| n <= r.cpu_samples),
+    )?;
+    let roots = r
+        .root_cpu
+        .iter()
+        .try_fold(0u64, |sum, &n| sum.checked_add(n));
+    counts(
+        "the CPU samples by outermost frame do not add up to the route's",
+        roots == Some(r.cpu_samples),
+    )?;
     Ok(RouteSummary {
         route: check("route", r.route)?,
         wall_samples: r.wall_samples,
@@ -565,6 +604,16 @@ mod tests {
             matches!(e, SummaryError::Columns { what: "frame", .. }),
             "{e}"
         );
+
+        // Counts that contradict each other.
+        let mut bad = summary();
+        bad.routes[0].frames[0].total_wall = bad.routes[0].wall_samples + 1;
+        let e = decode_summary(&encode_summary(&bad, 0)).unwrap_err();
+        assert!(matches!(e, SummaryError::Counts { route: 0, .. }), "{e}");
+        let mut bad = summary();
+        bad.routes[1].root_cpu[0].1 += 1;
+        let e = decode_summary(&encode_summary(&bad, 0)).unwrap_err();
+        assert!(matches!(e, SummaryError::Counts { route: 1, .. }), "{e}");
 
         // A route missing (the end marker kept): the totals no longer add up.
         let mut cut = SummaryMsg::decode(encode_summary(&summary(), 0).as_slice()).unwrap();
