@@ -15,21 +15,6 @@ use span_profile_core::{otel, Profile, Profiler, SpanId};
 use span_profile_native::NativeWalker;
 use span_profile_test::InMemoryExporter;
 
-macro_rules! leaf_fn {
-    ($name:ident) => {
-        /// A leaf that burns CPU for `d`; its inner loop makes no calls even unoptimised, so
-        /// it is the sampled pc.
-        #[inline(never)]
-        fn $name(d: Duration) {
-            let end = Instant::now() + d;
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            while Instant::now() < end {
-                burn!(x, 20_000);
-            }
-            std::hint::black_box(x);
-        }
-    };
-}
 leaf_fn!(work_0);
 leaf_fn!(work_1);
 leaf_fn!(work_2);

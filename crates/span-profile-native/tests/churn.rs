@@ -8,11 +8,10 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use span_profile_core::StackWalker;
 use span_profile_native::NativeWalker;
 
 const TARGET_PER_S: u64 = 10_000;
@@ -20,22 +19,8 @@ const SECONDS: u64 = 2;
 
 #[test]
 fn ten_thousand_registered_threads_a_second_come_and_go() {
-    let mut w = NativeWalker::builder().with_cpu_hz(1000).build().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut sink = common::Collect::default();
-            let mut walks = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                w.walk(&mut sink);
-                sink.samples.clear();
-                walks += 1;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            (w, walks)
-        })
-    };
+    let w = NativeWalker::builder().with_cpu_hz(1000).build().unwrap();
+    let sampler = common::Background::start(w, Duration::from_millis(1));
     let before = span_profile_native::stats();
     let ran = Arc::new(AtomicU64::new(0));
     let register = std::env::var_os("CHURN_BASELINE").is_none();
@@ -73,8 +58,7 @@ fn ten_thousand_registered_threads_a_second_come_and_go() {
         t.join().unwrap();
     }
     let elapsed = start.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    let (w, walks) = sampler.join().unwrap();
+    let (w, walks, _) = sampler.finish();
     let after = span_profile_native::stats();
     println!(
         "churn: {} threads in {:.2} s = {:.0}/s (target {TARGET_PER_S}/s); {walks} walks; \

@@ -3,32 +3,14 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use span_profile_core::StackWalker;
 use span_profile_native::NativeWalker;
 
 #[test]
 fn a_thousand_threads_come_and_go() {
-    let mut w = NativeWalker::builder().with_cpu_hz(1000).build().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut sink = common::Collect::default();
-            let mut n = 0usize;
-            while !stop.load(Ordering::Relaxed) {
-                w.walk(&mut sink);
-                n += sink.samples.len();
-                sink.samples.clear();
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            w.walk(&mut sink);
-            (w, n + sink.samples.len())
-        })
-    };
+    let w = NativeWalker::builder().with_cpu_hz(1000).build().unwrap();
+    let sampler = common::Background::start(w, Duration::from_millis(2));
     let before = span_profile_native::stats();
     for wave in 0..20 {
         let threads: Vec<_> = (0..50)
@@ -53,8 +35,7 @@ fn a_thousand_threads_come_and_go() {
             t.join().unwrap();
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let (w, reported) = sampler.join().unwrap();
+    let (w, _, reported) = sampler.finish();
     let after = span_profile_native::stats();
     assert_eq!(after.registered_threads, 0, "{after:?}");
     assert_eq!(after.register_full, before.register_full);

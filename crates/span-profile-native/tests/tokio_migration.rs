@@ -18,21 +18,8 @@ use span_profile_native::NativeWalker;
 use span_profile_test::InMemoryExporter;
 use tokio::sync::Notify;
 
-macro_rules! task_fn {
-    ($name:ident) => {
-        #[inline(never)]
-        fn $name(d: Duration) {
-            let end = Instant::now() + d;
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            while Instant::now() < end {
-                burn!(x, 20_000);
-            }
-            std::hint::black_box(x);
-        }
-    };
-}
-task_fn!(task_alpha);
-task_fn!(task_beta);
+leaf_fn!(task_alpha);
+leaf_fn!(task_beta);
 
 #[test]
 fn a_tasks_span_follows_it_across_workers() {

@@ -101,3 +101,57 @@ macro_rules! burn {
         }
     }};
 }
+
+/// Defines `fn $name(d: Duration)`, a leaf that burns CPU for `d`. Its inner loop makes no
+/// calls even unoptimised, so it is the sampled pc.
+#[macro_export]
+macro_rules! leaf_fn {
+    ($name:ident) => {
+        #[inline(never)]
+        fn $name(d: std::time::Duration) {
+            let end = std::time::Instant::now() + d;
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            while std::time::Instant::now() < end {
+                $crate::burn!(x, 20_000);
+            }
+            std::hint::black_box(x);
+        }
+    };
+}
+
+/// A walker walking on its own thread every `period` until [`Background::finish`].
+pub struct Background<W> {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<(W, u64, usize)>,
+}
+
+impl<W: StackWalker> Background<W> {
+    /// Starts walking `w` every `period`.
+    pub fn start(mut w: W, period: Duration) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut sink = Collect::default();
+            let (mut walks, mut samples) = (0u64, 0usize);
+            loop {
+                let last = flag.load(Ordering::Relaxed);
+                w.walk(&mut sink);
+                walks += 1;
+                samples += sink.samples.len();
+                sink.samples.clear();
+                if last {
+                    return (w, walks, samples);
+                }
+                std::thread::sleep(period);
+            }
+        });
+        Self { stop, handle }
+    }
+
+    /// Walks once more, stops, and returns the walker, the walks and the samples reported.
+    pub fn finish(self) -> (W, u64, usize) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}

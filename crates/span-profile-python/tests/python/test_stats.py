@@ -49,9 +49,6 @@ def test_a_running_agent_reports_every_key_and_every_drop_kind(agent, tracer):
     s = agent.stats()
     missing = [k for k in STATS_KEYS if not isinstance(s.get(k), int)]
     assert not missing, missing
-    for key in ("missed_ticks", "truncated_stacks", "skipped_threads", "label_overflow", "dropped_spans",
-                "torn_samples"):
-        assert s[key] >= 0, key
     # Nothing failed: a failure that stops sampling would be named here (and logged once).
     assert s["failed"] is False and s["failure"] is None
     # A sample dropped because its span changed mid-walk is a torn sample of the profiler.
