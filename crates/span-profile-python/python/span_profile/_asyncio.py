@@ -1,7 +1,11 @@
-"""asyncio hooks. Task names for samples: while an agent runs, ``BaseEventLoop.create_task`` stores a
-``TaskTag`` (the id of the task's folded name) in the new task's context, where the sampler
-finds it next to the span slot. Default names (``Task-123``) fold to ``Task``, so a label gets
-few distinct values; past ``MAX_NAMES`` names every new one is ``Task`` too.
+"""asyncio hooks. Task names for samples: while an agent runs, the event loop's ``create_task``
+stores a ``TaskTag`` (the id of the task's folded name) in the new task's context, where the
+sampler finds it next to the span slot. Default names (``Task-123``) fold to ``Task``, so a
+label gets few distinct values; past ``MAX_NAMES`` names every new one is ``Task`` too.
+
+Two loop classes are hooked: asyncio's ``BaseEventLoop`` (every loop of the standard library
+and their subclasses) and ``uvloop.Loop``, whose ``create_task`` is its own. uvloop is hooked
+when it is imported, before or after the agent starts.
 
 Spans need no hook for tasks: each task runs in a copy of its creator's context, which carries
 the span slot that the runtime-context hook keeps next to OpenTelemetry's current context.
@@ -10,16 +14,17 @@ gets the submitter's span slot (only our ContextVar; the application's context i
 """
 import functools
 import re
+import sys
 
 MAX_NAMES = 256
 DEFAULT_NAME = "Task"
 _DEFAULT = re.compile(r"Task-\d+\Z")
 
 _TAGGER = None  # name -> TaskTag of the running agent, or None
-_ORIGINAL = None  # BaseEventLoop.create_task before install()
 _TAG_VAR = None
 _SLOT_VAR = None
-_ORIGINAL_EXECUTOR = None  # BaseEventLoop.run_in_executor before install()
+#: loop class -> {method name: (the class's own method or None if inherited, our wrapper)}.
+_PATCHED = {}
 
 
 def _with_slot(slot, func, *args):
@@ -30,12 +35,15 @@ def _with_slot(slot, func, *args):
         _SLOT_VAR.reset(token)
 
 
-def _run_in_executor(self, executor, func, *args):
-    if _TAGGER is not None:
-        slot = _SLOT_VAR.get()
-        if slot is not None:
-            func = functools.partial(_with_slot, slot, func)
-    return _ORIGINAL_EXECUTOR(self, executor, func, *args)
+def _wrap_run_in_executor(original):
+    def run_in_executor(self, executor, func, *args):
+        if _TAGGER is not None:
+            slot = _SLOT_VAR.get()
+            if slot is not None:
+                func = functools.partial(_with_slot, slot, func)
+        return original(self, executor, func, *args)
+
+    return run_in_executor
 
 
 def _make_tagger(native):
@@ -60,25 +68,108 @@ def _make_tagger(native):
     return tag_for
 
 
-def _create_task(self, coro, *args, **kwargs):
-    tagger = _TAGGER
-    if tagger is None:
-        return _ORIGINAL(self, coro, *args, **kwargs)
-    try:
-        tag = tagger(kwargs.get("name"))
-    except Exception:  # noqa: BLE001 - never break task creation
-        return _ORIGINAL(self, coro, *args, **kwargs)
-    context = kwargs.get("context")
-    if context is not None:
-        context.run(_TAG_VAR.set, tag)
-        return _ORIGINAL(self, coro, *args, **kwargs)
-    # The task copies the current context when it is created (eager tasks too): set the tag
-    # for the copy, then restore ours.
-    token = _TAG_VAR.set(tag)
-    try:
-        return _ORIGINAL(self, coro, *args, **kwargs)
-    finally:
-        _TAG_VAR.reset(token)
+def _wrap_create_task(original):
+    def create_task(self, coro, *args, **kwargs):
+        tagger = _TAGGER
+        if tagger is None:
+            return original(self, coro, *args, **kwargs)
+        try:
+            tag = tagger(kwargs.get("name"))
+        except Exception:  # noqa: BLE001 - never break task creation
+            return original(self, coro, *args, **kwargs)
+        context = kwargs.get("context")
+        if context is not None:
+            context.run(_TAG_VAR.set, tag)
+            return original(self, coro, *args, **kwargs)
+        # The task copies the current context when it is created (eager tasks too): set the
+        # tag for the copy, then restore ours.
+        token = _TAG_VAR.set(tag)
+        try:
+            return original(self, coro, *args, **kwargs)
+        finally:
+            _TAG_VAR.reset(token)
+
+    return create_task
+
+
+_WRAPPERS = {"create_task": _wrap_create_task, "run_in_executor": _wrap_run_in_executor}
+
+
+def _patch(cls):
+    """Replaces ``create_task`` and ``run_in_executor`` of the loop class `cls` (once)."""
+    if cls in _PATCHED:
+        return
+    patched = {}
+    for name, wrap in _WRAPPERS.items():
+        own = cls.__dict__.get(name)  # None when inherited (uvloop.Loop's come from Cython)
+        original = own if own is not None else getattr(cls, name)
+        wrapper = wrap(original)
+        functools.update_wrapper(wrapper, original)
+        setattr(cls, name, wrapper)
+        patched[name] = (own, wrapper)
+    _PATCHED[cls] = patched
+
+
+def _unpatch_all():
+    for cls, patched in list(_PATCHED.items()):
+        for name, (own, wrapper) in patched.items():
+            if cls.__dict__.get(name) is wrapper:
+                if own is None:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, own)
+            # Else something wrapped ours in turn: it stays, and ours delegates (no tagger).
+    _PATCHED.clear()
+
+
+def _patch_uvloop(module):
+    loop = getattr(module, "Loop", None)
+    if isinstance(loop, type) and hasattr(loop, "create_task"):
+        try:
+            _patch(loop)
+        except (TypeError, AttributeError):  # a uvloop whose Loop is not a heap type
+            pass
+
+
+class _LoaderThenPatch:
+    """Runs the real loader of ``uvloop``, then hooks its ``Loop``; everything else is the
+    real loader's."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        if _TAGGER is not None:
+            _patch_uvloop(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _UvloopWatcher:
+    """A ``sys.meta_path`` finder that finds nothing itself: when ``uvloop`` is imported, it
+    asks the finders after it and wraps the loader they return."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "uvloop" or _TAGGER is None:
+            return None
+        finders = sys.meta_path
+        after = finders[finders.index(self) + 1:] if self in finders else finders
+        for finder in after:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _LoaderThenPatch(spec.loader)
+                return spec
+        return None
+
+
+_WATCHER = _UvloopWatcher()
 
 
 def _tasks_create_task(coro, *, name=None, **kwargs):
@@ -97,7 +188,6 @@ def _patch_module_create_task(install):
     global _ORIGINAL_MODULE_CREATE
     import asyncio
     import asyncio.tasks as tasks
-    import sys
 
     if sys.version_info >= (3, 13):
         return
@@ -116,35 +206,29 @@ _ORIGINAL_MODULE_CREATE = None
 
 
 def install(native, tag_var, slot_var):
-    """Tags tasks created by asyncio's own event loops (and their subclasses) for `native`,
-    and hands the span slot to ``run_in_executor`` workers."""
-    global _TAGGER, _ORIGINAL, _TAG_VAR, _SLOT_VAR, _ORIGINAL_EXECUTOR
+    """Tags tasks created by asyncio's own event loops (and their subclasses) and by uvloop's
+    for `native`, and hands the span slot to ``run_in_executor`` workers."""
+    global _TAGGER, _TAG_VAR, _SLOT_VAR
     import asyncio.base_events as base_events
 
     _TAG_VAR, _SLOT_VAR = tag_var, slot_var
     _TAGGER = _make_tagger(native)
-    loop = base_events.BaseEventLoop
-    if loop.create_task is not _create_task:
-        _ORIGINAL = loop.create_task
-        loop.create_task = _create_task
-    if loop.run_in_executor is not _run_in_executor:
-        _ORIGINAL_EXECUTOR = loop.run_in_executor
-        loop.run_in_executor = _run_in_executor
+    _patch(base_events.BaseEventLoop)
+    uvloop = sys.modules.get("uvloop")
+    if uvloop is not None:
+        _patch_uvloop(uvloop)
+    elif _WATCHER not in sys.meta_path:
+        sys.meta_path.insert(0, _WATCHER)
     _patch_module_create_task(True)
 
 
 def uninstall():
-    """Stops tagging; restores ``create_task`` unless something wrapped it in turn."""
+    """Stops tagging; restores the loops' methods unless something wrapped them in turn."""
     global _TAGGER
     _TAGGER = None
-    import sys
-
-    base_events = sys.modules.get("asyncio.base_events")
-    if base_events is None:
+    if _WATCHER in sys.meta_path:
+        sys.meta_path.remove(_WATCHER)
+    if "asyncio.base_events" not in sys.modules:
         return
     _patch_module_create_task(False)
-    loop = base_events.BaseEventLoop
-    if loop.create_task is _create_task:
-        loop.create_task = _ORIGINAL
-    if loop.run_in_executor is _run_in_executor:
-        loop.run_in_executor = _ORIGINAL_EXECUTOR
+    _unpatch_all()

@@ -2,9 +2,17 @@
 chain, and carry its name as the `task_name` label with few distinct values (default names
 fold to `Task`)."""
 import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
 
 from asyncio_helpers import make_burner
 from pprof_reader import all_samples
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_task_names_label_samples_and_default_names_fold(agent, tracer):
@@ -57,3 +65,52 @@ def test_coroutine_chain_and_loop_frames_are_on_the_stack(agent):
     assert full, entered[:3]
     f = full[0]
     assert f.index("coro_leaf_burn") < f.index("coro_middle") < f.index("coro_outer") < f.index("_run")
+
+
+#: Run in a fresh interpreter, so that uvloop is first imported before or after the agent starts.
+UVLOOP_NAMES = """
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[3])
+when, out = sys.argv[1], sys.argv[2]
+if when == "before":
+    import uvloop
+import span_profile
+agent = span_profile.start(service="tests", output=out, sample_rate_hz=250, window_s=1, overhead_budget=0)
+if when == "after":
+    import uvloop
+from asyncio_helpers import make_burner
+from pprof_reader import all_samples
+named, anon = make_burner("uv_named_burn"), make_burner("uv_anon_burn")
+
+async def main():
+    loop = asyncio.get_running_loop()
+    tasks = [asyncio.create_task(named(0.3), name="checkout-worker")]
+    tasks += [loop.create_task(anon(0.02)) for _ in range(20)]
+    await asyncio.gather(*tasks)
+    return type(loop).__module__
+
+loop = uvloop.new_event_loop()
+try:
+    loop_module = loop.run_until_complete(main())
+finally:
+    loop.close()
+agent.stop()
+def names(fn):
+    return sorted({str(s.labels.get("task_name")) for s in all_samples(out) if fn is None or fn in s.functions})
+print(json.dumps({"loop": loop_module, "named": names("uv_named_burn"), "anon": names("uv_anon_burn"),
+                  "all": names(None), "restored": "create_task" not in uvloop.Loop.__dict__}))
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_uvloop_task_names_whether_imported_before_or_after_start(tmp_path, when):
+    pytest.importorskip("uvloop", reason="uvloop is not installed for this interpreter")
+    run = subprocess.run([sys.executable, "-c", UVLOOP_NAMES, when, str(tmp_path / "profiles"), TESTS_DIR],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["loop"].startswith("uvloop"), got
+    assert got["named"] == ["checkout-worker"], got
+    assert got["anon"] == ["Task"], got
+    assert set(got["all"]) <= {"checkout-worker", "Task", "None"}, got
+    assert got["restored"], "agent.stop() left uvloop.Loop.create_task patched"
