@@ -677,6 +677,68 @@ mod tests {
     }
 
     #[test]
+    fn the_general_endpoint_is_a_base_url() {
+        for (general, url) in [
+            ("http://c:4318", "http://c:4318/v1development/profiles"),
+            ("http://c:4318/", "http://c:4318/v1development/profiles"),
+            ("https://gw/otlp/", "https://gw/otlp/v1development/profiles"),
+            (
+                "http://c:4318/v1development/profiles",
+                "http://c:4318/v1development/profiles",
+            ),
+        ] {
+            let env = ExporterEnv::from_pairs([("OTEL_EXPORTER_OTLP_ENDPOINT", general)]);
+            assert_eq!(OtlpConfig::from_env("", &env).unwrap().url(), url);
+        }
+        // A blank profiles endpoint counts as unset, so the general one is used.
+        let env = ExporterEnv::from_pairs([
+            ("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", " "),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+        ]);
+        assert_eq!(
+            OtlpConfig::from_env("", &env).unwrap().url(),
+            "http://c:4318/v1development/profiles"
+        );
+        // The signal endpoint is used as is, even without a path.
+        let env = ExporterEnv::from_pairs([("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", "http://p:9")]);
+        assert_eq!(OtlpConfig::from_env("", &env).unwrap().url(), "http://p:9/");
+    }
+
+    #[test]
+    fn timeouts_follow_the_otel_rules() {
+        let timeout = |pairs: &[(&str, &str)]| {
+            OtlpConfig::from_env("", &ExporterEnv::from_pairs(pairs.iter().copied()))
+                .map(|c| c.delivery.timeout)
+        };
+        assert_eq!(timeout(&[]).unwrap(), Duration::from_secs(10), "default");
+        assert_eq!(
+            timeout(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "1500")]).unwrap(),
+            Duration::from_millis(1500),
+            "the general variable alone"
+        );
+        assert_eq!(
+            timeout(&[
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "1500"),
+                ("OTEL_EXPORTER_OTLP_PROFILES_TIMEOUT", "250"),
+            ])
+            .unwrap(),
+            Duration::from_millis(250),
+            "the profiles variable wins"
+        );
+        let err = timeout(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("OTEL_EXPORTER_OTLP_TIMEOUT"), "{err}");
+        // The connect timeout never exceeds the request timeout.
+        let c = OtlpConfig::from_env(
+            "",
+            &ExporterEnv::from_pairs([("OTEL_EXPORTER_OTLP_PROFILES_TIMEOUT", "200")]),
+        )
+        .unwrap();
+        assert!(c.delivery.connect_timeout <= Duration::from_millis(200));
+    }
+
+    #[test]
     fn profile_headers_win_per_key() {
         let env = ExporterEnv::from_pairs([
             ("OTEL_EXPORTER_OTLP_HEADERS", "a=1,B=2"),
