@@ -1,6 +1,7 @@
 //! End to end: the real profiler, `exporter_for_output("otlp+http://…")`, and a receiver
 //! written in Python with the `opentelemetry-proto` classes. Every sampled CPU and wall
-//! sample arrives, with its span link; the receiver's partial success is counted.
+//! sample arrives, with its span link, typed samples/count with `period` = 1e9/Hz; the
+//! receiver's partial success is counted and reported.
 
 mod common;
 
@@ -38,7 +39,8 @@ fn profiler_to_python_receiver() {
         Command::new(&python)
             .arg(script("otlp_receiver.py"))
             .arg(&out)
-            .arg("1")
+            // Reject one profile of the first request from the typed exporter.
+            .args(["1", "x-exporter"])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -55,8 +57,12 @@ fn profiler_to_python_receiver() {
     let boxed = exporter_for_output(&url, &env).unwrap();
     // ...and a typed one beside it, for its counters.
     let typed = std::sync::Arc::new(
-        OtlpExporter::new(OtlpConfig::from_env(&format!("http://127.0.0.1:{port}"), &env).unwrap())
-            .unwrap(),
+        OtlpExporter::new(
+            OtlpConfig::from_env(&format!("http://127.0.0.1:{port}"), &env)
+                .unwrap()
+                .with_header("x-exporter", "typed"),
+        )
+        .unwrap(),
     );
     let memory = InMemoryExporter::default();
     let profiler = Profiler::builder()
@@ -94,8 +100,9 @@ fn profiler_to_python_receiver() {
         2 * windows.len(),
         "each window from both exporters"
     );
-    // (leaf, span) → CPU samples, from the sampler and from the receiver (one exporter's half).
-    let mut want: BTreeMap<(String, String), i64> = BTreeMap::new();
+    // (profile, leaf, span) → samples, from the sampler and from the receiver (each
+    // exporter sent every window, so the receiver saw each sample twice).
+    let mut want: BTreeMap<(usize, String, String), i64> = BTreeMap::new();
     for w in &windows {
         for s in &w.samples {
             let leaf = w.stack_frames(s.stack).next().unwrap().function.clone();
@@ -103,23 +110,40 @@ fn profiler_to_python_receiver() {
                 .span
                 .map(|c| c.span_id.to_string())
                 .unwrap_or("0".repeat(16));
-            *want.entry((leaf, span)).or_default() += 2 * s.cpu_samples as i64;
+            for (profile, v) in [(0, s.cpu_samples), (1, s.wall_samples)] {
+                if v > 0 {
+                    *want
+                        .entry((profile, leaf.clone(), span.clone()))
+                        .or_default() += 2 * v as i64;
+                }
+            }
         }
     }
-    let mut got: BTreeMap<(String, String), i64> = BTreeMap::new();
+    let mut got: BTreeMap<(usize, String, String), i64> = BTreeMap::new();
     for l in &lines {
         assert_eq!(l["headers"]["x-tenant"], "t9");
         assert_eq!(l["headers"]["content-encoding"], "gzip");
-        for s in l["profiles"][0]["samples"].as_array().unwrap() {
-            let leaf = s[0][0].as_str().unwrap().to_string();
-            *got.entry((leaf, s[2].as_str().unwrap().to_string()))
-                .or_default() += s[3].as_i64().unwrap();
+        for (profile, period_type) in [(0, "cpu"), (1, "wall")] {
+            let p = &l["profiles"][profile];
+            assert_eq!(p["sample_type"], serde_json::json!(["samples", "count"]));
+            assert_eq!(
+                p["period_type"],
+                serde_json::json!([period_type, "nanoseconds"])
+            );
+            assert_eq!(p["period"], 1_000_000_000 / 200, "1e9 / Hz");
+            for s in p["samples"].as_array().unwrap() {
+                let leaf = s[0][0].as_str().unwrap().to_string();
+                *got.entry((profile, leaf, s[2].as_str().unwrap().to_string()))
+                    .or_default() += s[3].as_i64().unwrap();
+            }
         }
     }
     assert_eq!(got, want);
-    assert!(got.contains_key(&("leaf_0".to_string(), "0000000000000022".to_string())));
-    // The receiver rejected one profile of the first request it saw (from either exporter).
+    assert!(got.contains_key(&(0, "leaf_0".to_string(), "0000000000000022".to_string())));
+    // The receiver rejected one profile of the typed exporter's first request.
     let d = typed.stats().delivery;
     assert_eq!(d.sent as usize, windows.len(), "{d:?}");
-    assert!(d.rejected_items <= 1, "{d:?}");
+    assert_eq!(d.rejected_items, 1, "{d:?}");
+    let err = typed.last_error().unwrap_or_default();
+    assert!(err.contains("profile too old"), "{err}");
 }

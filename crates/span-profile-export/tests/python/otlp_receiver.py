@@ -1,11 +1,12 @@
 """A minimal OTLP/HTTP profiles receiver: http.server plus the opentelemetry-proto classes.
 
-    python otlp_receiver.py OUT.jsonl [REJECT_FIRST]
+    python otlp_receiver.py OUT.jsonl [REJECT_FIRST [ONLY_WITH_HEADER]]
 
 Prints its port on the first line of stdout, then serves POST /v1development/profiles:
 gunzips, decodes and summarizes each request (otlp_check.summarize), appends the summary
 as one JSON line to OUT.jsonl, and answers ExportProfilesServiceResponse (with
-partial_success.rejected_profiles = REJECT_FIRST on the first request). Stops after 60 s.
+partial_success.rejected_profiles = REJECT_FIRST on the first request, or on the first
+request that carries the header ONLY_WITH_HEADER when it is given). Stops after 60 s.
 """
 import gzip
 import json
@@ -20,6 +21,7 @@ from opentelemetry.proto.collector.profiles.v1development import profiles_servic
 
 OUT = sys.argv[1]
 REJECT_FIRST = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+ONLY_WITH_HEADER = sys.argv[3] if len(sys.argv) > 3 else None
 count = [0]
 
 
@@ -38,10 +40,11 @@ class Handler(BaseHTTPRequestHandler):
         with open(OUT, "a") as f:
             f.write(json.dumps(summary) + "\n")
         resp = svc.ExportProfilesServiceResponse()
-        if count[0] == 0 and REJECT_FIRST:
-            resp.partial_success.rejected_profiles = REJECT_FIRST
-            resp.partial_success.error_message = "profile too old"
-        count[0] += 1
+        if ONLY_WITH_HEADER is None or self.headers.get(ONLY_WITH_HEADER) is not None:
+            if count[0] == 0 and REJECT_FIRST:
+                resp.partial_success.rejected_profiles = REJECT_FIRST
+                resp.partial_success.error_message = "profile too old"
+            count[0] += 1
         data = resp.SerializeToString()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
