@@ -205,7 +205,9 @@ def start(service=None, output=None, sample_rate_hz=None, window_s=None, **more)
       ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``, else ``unknown_service``).
     - ``output``: the directory windows are written to as
       ``<output>/<service>/<date>/<ms>-<instance>-<seq>.pb.gz`` (else ``SPAN_PROFILE_OUTPUT``,
-      else ``./profiles``). ``file:///abs/path`` is accepted too.
+      else ``./profiles``). ``file:///abs/path`` is accepted too, and so are the network
+      exporters: ``otlp+http(s)://host:4318`` (OTLP profiles, configured by the
+      ``OTEL_EXPORTER_OTLP_*`` variables) and ``pyroscope+http(s)://host:4040``.
     - ``sample_rate_hz``: samples per second of each thread, 1 to 10000 (else
       ``SPAN_PROFILE_SAMPLE_RATE_HZ``, else 100).
     - ``window_s``: seconds per profile file, 1 to 3600 (else ``SPAN_PROFILE_WINDOW_S``, else 60).
