@@ -5,7 +5,7 @@ between them. Prints one JSON line: for each agent, the share of samples of each
 function that carry that task's span id.
 
     python asyncio_accuracy_bench.py --agent span_profile
-    python capture.py 4041 /tmp/pyro & python asyncio_accuracy_bench.py --agent pyroscope \\
+    python pyroscope_capture.py 4041 /tmp/pyro & python asyncio_accuracy_bench.py --agent pyroscope \\
         --pyroscope-url http://127.0.0.1:4041 --capture-dir /tmp/pyro
 
 pyroscope (pyroscope-io + pyroscope-otel) tags the OS thread with the root span's id on span
