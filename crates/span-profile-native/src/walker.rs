@@ -19,11 +19,6 @@ use crate::table::{
 use crate::thread::{arm_all, table};
 use crate::SetupError;
 
-/// The task id of the key reported for a sample whose thread had no span at the sample
-/// instant but has one when the walker drains it: no registry entry has this task, so the
-/// core stamps the sample with no span (see the ADR 0005 on why the key is bent this way).
-const NO_SPAN_TASK: u64 = u64::MAX;
-
 /// Configures a [`NativeWalker`].
 #[derive(Debug, Clone)]
 pub struct NativeWalkerBuilder {
@@ -113,7 +108,7 @@ impl NativeWalkerBuilder {
         }
         Ok(NativeWalker {
             table: t,
-            registry: self.registry,
+            _registry: self.registry,
             wall: self.wall,
             epoch,
             frames: Vec::with_capacity(MAX_DEPTH),
@@ -136,8 +131,8 @@ fn warm_symbolizer() {
 /// - Wall time: each [`StackWalker::walk`] queues the same signal to every registered thread;
 ///   a thread that used less than half the tick in CPU reports an off-CPU sample.
 /// - `walk` drains the rings and reports each sample under the thread's
-///   `span_profile_core::otel::thread_key()`; the span is the one the handler read at the
-///   sample instant.
+///   `span_profile_core::otel::thread_key()`; the span and its route (or "no span") are the
+///   ones the handler read at the sample instant, passed with `StackSink::sample_resolved`.
 ///
 /// ```no_run
 /// use span_profile_core::Profiler;
@@ -161,7 +156,8 @@ fn warm_symbolizer() {
 #[derive(Debug)]
 pub struct NativeWalker {
     table: &'static Table,
-    registry: Option<Arc<ActiveSpanRegistry>>,
+    /// Keeps alive the registry whose pointer the handlers read (see `Drop`).
+    _registry: Option<Arc<ActiveSpanRegistry>>,
     wall: bool,
     epoch: u64,
     frames: Vec<RawFrame>,
@@ -250,31 +246,24 @@ impl StackWalker for NativeWalker {
                         .iter()
                         .map(|&ip| RawFrame { id: ip, line: 0 }),
                 );
-                let thread_key = ExecutionKey::thread(key);
-                let (key, span) = if entry.flags & F_SPAN_READ == 0 {
-                    (thread_key, None) // no registry: the core stamps at walk time
-                } else {
-                    let then = Self::span_of(entry);
-                    let now = self.registry.as_ref().and_then(|r| r.current(thread_key));
-                    match (then, now) {
-                        // Unchanged: let the core stamp it, which also keeps the route.
-                        (Some(a), Some(b)) if a == b => (thread_key, None),
-                        (Some(a), _) => (thread_key, Some(a.ctx)),
-                        (None, None) => (thread_key, None),
-                        (None, Some(_)) => (ExecutionKey::task(key, NO_SPAN_TASK), None),
-                    }
-                };
                 if !self.frames.is_empty() {
-                    sink.sample(&RawSample {
-                        key,
+                    let sample = RawSample {
+                        key: ExecutionKey::thread(key),
                         frames: &self.frames,
                         truncated: entry.flags & F_TRUNCATED != 0,
                         on_cpu: entry.flags & F_ON_CPU != 0,
                         thread_name: name,
                         task_name: None,
-                        span,
+                        span: None,
                         weight: entry.weight.max(1),
-                    });
+                    };
+                    if entry.flags & F_SPAN_READ == 0 {
+                        // No registry in the handler: the core stamps it at drain time.
+                        sink.sample(&sample);
+                    } else {
+                        // The span (with its route), or none, current at the sample instant.
+                        sink.sample_resolved(&sample, Self::span_of(entry));
+                    }
                 }
                 tail = tail.wrapping_add(1);
                 // Release: our reads of the entry happen before the handler reuses it.
