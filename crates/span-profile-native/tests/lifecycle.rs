@@ -1,5 +1,5 @@
 //! Lifecycle: SA_RESTART keeps blocking reads going under wall signals; a fork child starts
-//! with no registered thread and can profile again.
+//! with no registered thread and samples itself again with a new walker.
 
 mod common;
 
@@ -46,22 +46,36 @@ fn a_blocking_read_is_restarted_not_interrupted() {
 }
 
 #[test]
-fn a_fork_child_starts_clean_and_can_profile() {
+fn a_fork_child_starts_clean_and_samples_again() {
     let _s = serial();
     let _g = span_profile_native::register_current_thread().unwrap();
     let w = NativeWalker::builder().build().unwrap();
     assert!(span_profile_native::stats().registered_threads >= 1);
-    // SAFETY: the child only reads atomics, registers itself and exits with `_exit`.
+    // SAFETY: the child uses only the forking thread (glibc's malloc is reset for the child by
+    // its own fork handlers), registers it, samples it and exits with `_exit`.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
         let clean = span_profile_native::stats().registered_threads == 0;
-        let again = span_profile_native::register_current_thread().is_ok();
-        let walker = NativeWalker::builder().build().is_ok();
-        let code = if clean && again && walker {
+        let again = span_profile_native::register_current_thread();
+        let walker = NativeWalker::builder().build();
+        // The child samples itself: its own timer fires and the new walker drains it.
+        let mut sampled = false;
+        if let (Ok(_g), Ok(mut w)) = (again.as_ref(), walker) {
+            let mut sink = Collect::default();
+            for _ in 0..500 {
+                common::spin_for(Duration::from_millis(4));
+                w.walk(&mut sink);
+                if !sink.samples.is_empty() {
+                    sampled = true;
+                    break;
+                }
+            }
+        }
+        let code = if clean && again.is_ok() && sampled {
             0
         } else {
-            1 + clean as i32 * 2 + again as i32 * 4
+            1 + clean as i32 * 2 + again.is_ok() as i32 * 4 + sampled as i32 * 8
         };
         // SAFETY: ends the child without running the parent's destructors.
         unsafe { libc::_exit(code) };
@@ -73,7 +87,8 @@ fn a_fork_child_starts_clean_and_can_profile() {
     assert_eq!(
         libc::WEXITSTATUS(status),
         0,
-        "child: clean/registered/walker failed"
+        "child: exit 1 + 2 (clean) + 4 (registered) + 8 (sampled) = {}",
+        libc::WEXITSTATUS(status)
     );
     // The parent is unaffected.
     assert!(span_profile_native::stats().registered_threads >= 1);
