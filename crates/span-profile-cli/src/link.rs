@@ -44,6 +44,12 @@ pub(crate) struct LinkArgs {
     /// The Pyroscope profile type.
     #[arg(long, default_value = "process_cpu:cpu:nanoseconds:cpu:nanoseconds")]
     pub(crate) profile_type: String,
+    /// The profiler's window length in seconds (default 60, the profiler's default). Pyroscope
+    /// stamps each profile with its window's start, so the `grafana` link's range starts one
+    /// window before the span; otherwise the window holding the span's samples falls outside
+    /// it (Grafana's own trace-to-profiles links widen the range the same way, by 60 s).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub(crate) window_s: u64,
     /// The store directory, for the `cli` template.
     #[arg(long, default_value = "profiles")]
     pub(crate) store: PathBuf,
@@ -73,10 +79,12 @@ pub(crate) fn run(args: &LinkArgs, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Grafana Explore with the Pyroscope data source, filtered to the span (`spanSelector`) over
-/// the span's time range (whole milliseconds around it).
+/// Grafana Explore with the Pyroscope data source, filtered to the span (`spanSelector`) from
+/// one window before the span's start (where the window holding its first samples is stamped)
+/// to its end, in whole milliseconds. With the Pyroscope exporter's default `local_root` span
+/// scope, samples carry the local root's id: pass the local root's `--span-id`.
 fn grafana(a: &LinkArgs) -> String {
-    let from = a.start / 1_000_000;
+    let from = (a.start / 1_000_000).saturating_sub(a.window_s.saturating_mul(1000));
     let to = a.end.div_ceil(1_000_000);
     let pane = serde_json::json!({
         "span": {
@@ -86,7 +94,7 @@ fn grafana(a: &LinkArgs) -> String {
                 "datasource": { "type": "grafana-pyroscope-datasource", "uid": a.datasource },
                 "queryType": "profile",
                 "profileTypeId": a.profile_type,
-                "labelSelector": format!("{{service_name=\"{}\"}}", a.service),
+                "labelSelector": format!("{{service_name=\"{}\"}}", label_value(&a.service)),
                 "spanSelector": [a.span_id.to_string()],
                 "groupBy": [],
             }],
@@ -98,6 +106,11 @@ fn grafana(a: &LinkArgs) -> String {
         a.grafana_url.trim_end_matches('/'),
         percent_encode(&pane.to_string())
     )
+}
+
+/// A label value for a selector's double quotes: `\` and `"` escaped with a backslash.
+fn label_value(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// This tool's `top` for the span, limited to its time so that few windows are read.

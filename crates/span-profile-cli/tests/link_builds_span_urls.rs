@@ -45,8 +45,17 @@ fn grafana_cli_and_custom_links() {
     assert_eq!(q["spanSelector"][0], "00f067aa0ba902b7");
     assert_eq!(q["labelSelector"], "{service_name=\"checkout\"}");
     assert_eq!(q["datasource"]["type"], "grafana-pyroscope-datasource");
-    assert_eq!(v["span"]["range"]["from"], "1714564800000");
+    // Pyroscope stamps a profile with its window's start: the range starts one window (60 s by
+    // default) before the span, so the window holding the span's samples is inside it.
+    assert_eq!(v["span"]["range"]["from"], "1714564740000");
     assert_eq!(v["span"]["range"]["to"], "1714564800720");
+    let g = link(&["--window-s", "10", "--service", "a\"b"], 0);
+    let v = json(&percent_decode(g.trim().split("panes=").nth(1).unwrap()));
+    assert_eq!(v["span"]["range"]["from"], "1714564790000");
+    assert_eq!(
+        v["span"]["queries"][0]["labelSelector"],
+        "{service_name=\"a\\\"b\"}"
+    );
 
     let c = link(&["--template", "cli", "--store", "/var/lib/profiles"], 0);
     assert_eq!(
