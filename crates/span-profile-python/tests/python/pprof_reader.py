@@ -87,7 +87,11 @@ class Profile:
 
 def read_profile(path):
     with open(path, "rb") as f:
-        data = gzip.decompress(f.read())
+        return parse_profile(gzip.decompress(f.read()), path)
+
+
+def parse_profile(data, path=None):
+    """A bare (not gzipped) pprof profile."""
     strings, raw_samples, locations, functions, types, comments = [], [], {}, {}, [], []
     for field, wire, v in _fields(data):
         if field == 6:
