@@ -1,22 +1,31 @@
-//! Figures for the Pyroscope exporter, printed (not criterion-timed):
-//! - throughput: 10k-stack windows exported and delivered to a loopback server that answers
-//!   200, in windows per second, and the process's peak RSS;
-//! - agent CPU while the server is down: one window a second handed to an exporter whose
-//!   server refuses connections, CPU of the whole process over that time (windows are built
-//!   before the clock starts).
+//! Figures for the Pyroscope exporter, each with a baseline, one arm per process (so peak RSS
+//! and CPU belong to one arm). `scripts/bench-pyroscope.sh` alternates the arms A B A B under
+//! `flock /tmp/bench.lock` and prints medians.
 //!
-//!     cargo bench -p span-profile-benches --bench export_pyroscope
+//! - `--figure throughput --arm pyroscope|file`: `--windows` (default 30) exports of one
+//!   10k-stack window, to a capture server in a child process that answers 200, or to the file
+//!   store (the baseline); windows per second from the first `export` until everything is
+//!   delivered (`force_flush`), and the process's peak RSS over that time (the high-water
+//!   mark is reset once the window is built).
+//! - `--figure idle --arm down|up|file`: one window a second for `--seconds` (default 20)
+//!   to a server that refuses connections, to the capture server, or to the file store; the
+//!   process's CPU (user + system, `getrusage`) over that time, encoding included.
 //!
-//! Under `cargo test --benches` it runs a tiny version as a smoke test.
+//!     cargo bench -p span-profile-benches --bench export_pyroscope -- --figure idle --arm down
+//!
+//! Each run prints one `RESULT key=value ...` line. With no `--figure` (and under
+//! `cargo test --benches`) every arm runs once, tiny, as a smoke test.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
+use span_profile_export::FileStore;
 
 mod export_window;
 
@@ -30,39 +39,65 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
     }
 }
 
-/// A loopback server that reads each request and answers 200.
-fn sink() -> String {
+/// The capture server (`--serve`): reads each request whole and answers 200. Prints its port.
+fn serve() {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    let addr = l.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(&s);
-                let mut len = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap_or(0);
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
+    println!("{}", l.local_addr().expect("addr").port());
+    std::io::stdout().flush().expect("stdout");
+    for s in l.incoming().flatten() {
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(&s);
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
                 }
-                let mut body = vec![0; len];
-                let _ = r.read_exact(&mut body);
-                let _ = (&s).write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                );
-            });
-        }
-    });
-    format!("http://{addr}")
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = r.read_exact(&mut body);
+            let _ = (&s)
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        });
+    }
 }
 
-fn proc_status(key: &str) -> u64 {
+/// The capture server in a child process (its CPU and memory are not the agent's).
+struct Sink {
+    child: Child,
+    url: String,
+}
+
+impl Sink {
+    fn start() -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("own path"))
+            .arg("--serve")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the capture server");
+        let mut port = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut port)
+            .expect("port");
+        let url = format!("http://127.0.0.1:{}", port.trim());
+        Self { child, url }
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn proc_status_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -73,85 +108,172 @@ fn proc_status(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// User + system CPU of the process, in clock ticks (1/100 s).
-fn cpu_ticks() -> u64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            let rest = s.rsplit_once(')')?.1.to_string();
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0)
+/// Resets the peak RSS (VmHWM) to the current RSS (Linux 4.0+).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
-    let (n, down_secs) = if full { (40, 20) } else { (2, 1) };
+/// User + system CPU of the process so far.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes one `rusage` into the zeroed struct we own; RUSAGE_SELF is valid.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
 
-    let windows: Vec<Arc<_>> = (0..n)
-        .map(|i| {
-            Arc::new(export_window::window(Duration::from_secs(
-                n as u64 - i as u64,
-            )))
-        })
-        .collect();
-    let rss_before = proc_status("VmHWM:");
-    let url = sink();
-    let e = PyroscopeExporter::new(
-        PyroscopeConfig::new(&url)
+fn store_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("span-profile-bench-{}", std::process::id()))
+}
+
+/// A Pyroscope exporter for `url` whose hand-off queue holds `queue` requests.
+fn pyroscope(url: &str, queue: usize) -> PyroscopeExporter {
+    PyroscopeExporter::new(
+        PyroscopeConfig::new(url)
             .expect("valid url")
-            .with_delivery(DeliveryConfig::default().with_queue(n)),
+            .with_delivery(DeliveryConfig::default().with_queue(queue)),
     )
-    .expect("exporter");
-    let t0 = Instant::now();
-    for w in &windows {
-        let _ = block_on(e.export(w.clone()));
-    }
-    let _ = block_on(e.force_flush());
-    let took = t0.elapsed();
-    let s = e.stats();
-    println!(
-        "pyroscope throughput: {n} windows of {} stacks in {took:?} = {:.1} windows/s (sent {}, dropped {}); \
-         peak RSS {} MiB (windows built: {} MiB)",
-        export_window::STACKS,
-        n as f64 / took.as_secs_f64(),
-        s.delivery.sent,
-        s.delivery.dropped(),
-        proc_status("VmHWM:") / 1024,
-        rss_before / 1024,
-    );
-    let _ = block_on(e.shutdown_with_timeout(Duration::from_secs(5)));
+    .expect("exporter")
+}
 
-    // Server down: a port with nothing listening.
-    let dead = {
+fn throughput(arm: &str, n: usize) {
+    if arm != "pyroscope" && arm != "file" {
+        panic!("--figure throughput takes --arm pyroscope or file");
+    }
+    let w = Arc::new(export_window::window(Duration::from_secs(1)));
+    let sink = (arm == "pyroscope").then(Sink::start);
+    let dir = store_dir();
+    let pyro = sink.as_ref().map(|s| pyroscope(&s.url, n * 2));
+    let file = (arm == "file").then(|| FileStore::new(&dir));
+    let export = |w: &Arc<span_profile_core::Profile>| match (&pyro, &file) {
+        (Some(p), _) => block_on(p.export(w.clone())),
+        (_, Some(f)) => block_on(f.export(w.clone())),
+        _ => unreachable!(),
+    };
+    let base = proc_status_kib("VmRSS:");
+    reset_peak_rss();
+    let t0 = Instant::now();
+    for _ in 0..n {
+        export(&w).expect("export");
+    }
+    if let Some(p) = &pyro {
+        block_on(p.force_flush()).expect("flush");
+    }
+    let took = t0.elapsed();
+    let peak = proc_status_kib("VmHWM:");
+    let (delivered, dropped) = match &pyro {
+        Some(p) => {
+            let s = p.stats().delivery;
+            (s.sent, s.dropped())
+        }
+        None => (n as u64, 0),
+    };
+    println!(
+        "RESULT figure=throughput arm={arm} windows={n} stacks={} secs={:.3} windows_per_s={:.2} \
+         peak_rss_mib={:.1} base_rss_mib={:.1} delivered={delivered} dropped={dropped}",
+        export_window::STACKS,
+        took.as_secs_f64(),
+        n as f64 / took.as_secs_f64(),
+        peak as f64 / 1024.0,
+        base as f64 / 1024.0,
+    );
+    if let Some(p) = &pyro {
+        let _ = block_on(p.shutdown_with_timeout(Duration::from_secs(5)));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn idle(arm: &str, seconds: u32) {
+    let w = Arc::new(export_window::window(Duration::from_secs(1)));
+    let sink = (arm == "up").then(Sink::start);
+    let dir = store_dir();
+    let dead = || {
+        // A port with nothing listening: every connect is refused.
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         format!("http://{}", l.local_addr().expect("addr"))
     };
-    let e =
-        PyroscopeExporter::new(PyroscopeConfig::new(&dead).expect("valid url")).expect("exporter");
-    let w = windows[windows.len() - 1].clone();
-    let cpu0 = cpu_ticks();
+    let (file, pyro) = match arm {
+        "down" => (None, Some(pyroscope(&dead(), 16))),
+        "up" => (None, Some(pyroscope(&sink.as_ref().expect("sink").url, 16))),
+        "file" => (Some(FileStore::new(&dir)), None),
+        _ => panic!("--figure idle takes --arm down, up or file"),
+    };
+    reset_peak_rss();
+    let cpu0 = cpu_time();
     let t0 = Instant::now();
     let mut export_time = Duration::ZERO;
-    for _ in 0..down_secs {
+    for i in 0..seconds {
         let t = Instant::now();
-        let _ = block_on(e.export(w.clone()));
+        let _ = match (&file, &pyro) {
+            (Some(f), _) => block_on(f.export(w.clone())),
+            (_, Some(p)) => block_on(p.export(w.clone())),
+            _ => unreachable!(),
+        };
         export_time += t.elapsed();
-        std::thread::sleep(Duration::from_secs(1).saturating_sub(t.elapsed()));
+        let next = t0 + Duration::from_secs(u64::from(i) + 1);
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
     let wall = t0.elapsed();
-    let cpu = Duration::from_millis((cpu_ticks() - cpu0) * 10);
-    let s = e.stats().delivery;
+    let cpu = cpu_time() - cpu0;
+    let peak = proc_status_kib("VmHWM:");
+    let s = pyro
+        .as_ref()
+        .map(|p| p.stats().delivery)
+        .unwrap_or_default();
     println!(
-        "server down for {wall:?}: agent CPU {cpu:?} ({:.2}% of one core) incl. encoding one window/s; \
-         export() took {:?} per window; {} attempts failed, {} spooled ({} MiB), {} dropped",
+        "RESULT figure=idle arm={arm} secs={:.2} cpu_ms={:.1} cpu_pct={:.3} export_ms={:.2} \
+         retries={} sent={} spooled={} spooled_mib={:.1} dropped={} peak_rss_mib={:.1}",
+        wall.as_secs_f64(),
+        cpu.as_secs_f64() * 1000.0,
         100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
-        export_time / down_secs,
+        export_time.as_secs_f64() * 1000.0 / f64::from(seconds.max(1)),
         s.retries,
+        s.sent,
         s.spooled,
-        s.spooled_bytes >> 20,
+        s.spooled_bytes as f64 / (1 << 20) as f64,
         s.dropped(),
+        peak as f64 / 1024.0,
     );
-    let _ = block_on(e.shutdown_with_timeout(Duration::from_millis(100)));
+    if let Some(p) = &pyro {
+        let _ = block_on(p.shutdown_with_timeout(Duration::from_millis(100)));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--serve") {
+        serve();
+        return;
+    }
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let number = |name: &str, default: u32| {
+        value(name)
+            .map(|v| v.parse().expect("a number"))
+            .unwrap_or(default)
+    };
+    match (value("--figure").as_deref(), value("--arm")) {
+        (Some("throughput"), Some(arm)) => throughput(&arm, number("--windows", 30) as usize),
+        (Some("idle"), Some(arm)) => idle(&arm, number("--seconds", 20)),
+        (None, None) => {
+            // Smoke: every arm, tiny.
+            for arm in ["pyroscope", "file"] {
+                throughput(arm, 2);
+            }
+            for arm in ["down", "up", "file"] {
+                idle(arm, 1);
+            }
+        }
+        _ => panic!("expected --figure throughput|idle --arm ARM (see the file's docs)"),
+    }
 }
