@@ -7,7 +7,8 @@ use crate::labels::{LabelId, LabelValues};
 use crate::mixhash::MixBuild as FxBuild;
 use crate::spans::WindowSpans;
 use crate::{
-    Frame, FrameIndex, Profile, ProfileSample, RawFrame, Resource, SpanContext, Stack, WindowStats,
+    Frame, FrameIndex, Profile, ProfileSample, RawFrame, RawSample, Resource, SpanContext, Stack,
+    WindowStats,
 };
 
 /// Limits of one window.
@@ -35,7 +36,7 @@ impl Default for AggregatorLimits {
 }
 
 /// Index of an interned stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct StackIndex(pub u32);
 
 /// A stamped sample: a stack with the span and labels it was taken under.
@@ -59,6 +60,54 @@ struct Counts {
     wall_samples: u64,
     cpu_ns: u64,
     wall_ns: u64,
+}
+
+/// Positions of a walk remembered by [`WindowAggregator::add_raw`]; later ones are not cached.
+const MAX_RECENT: usize = 4096;
+
+/// What one position of the last walk produced: its raw stack and names, their interned ids,
+/// and the row they were counted in.
+#[derive(Debug, Default)]
+struct Recent {
+    /// [`WindowAggregator::interning`] of the ids below; 0 = nothing cached.
+    interning: u64,
+    frames: Vec<RawFrame>,
+    truncated: bool,
+    thread_name: String,
+    task_name: String,
+    has_task: bool,
+    stack: StackIndex,
+    thread: LabelId,
+    task: Option<LabelId>,
+    /// `(window, sample, row)` of the last count.
+    row: Option<(u64, Sample, u32)>,
+}
+
+impl Recent {
+    fn same_stack(&self, s: &RawSample<'_>) -> bool {
+        self.truncated == s.truncated
+            && *self.frames == *s.frames
+            && self.thread_name == s.thread_name
+            && match s.task_name {
+                Some(t) => self.has_task && self.task_name == t,
+                None => !self.has_task,
+            }
+    }
+
+    /// Copies the raw parts of `s` (reusing this slot's buffers) with their interned `sample`.
+    fn remember(&mut self, s: &RawSample<'_>, sample: Sample) {
+        self.frames.clear();
+        self.frames.extend_from_slice(s.frames);
+        self.truncated = s.truncated;
+        self.thread_name.clear();
+        self.thread_name.push_str(s.thread_name);
+        self.task_name.clear();
+        self.task_name.push_str(s.task_name.unwrap_or(""));
+        self.has_task = s.task_name.is_some();
+        self.stack = sample.stack;
+        self.thread = sample.thread;
+        self.task = sample.task;
+    }
 }
 
 /// Interns stacks and counts samples by (stack, span, labels) for the current window.
@@ -95,7 +144,16 @@ pub struct WindowAggregator {
     /// complete stack of the same frames (deep recursion) are different stacks.
     stack_index: [HashMap<Box<[RawFrame]>, StackIndex, FxBuild>; 2],
     stacks: Vec<Stack>,
-    rows: HashMap<Sample, Counts, FxBuild>,
+    /// Row of each distinct sample in `counts`.
+    rows: HashMap<Sample, u32, FxBuild>,
+    /// The window's rows, in the order they were first seen.
+    counts: Vec<(Sample, Counts)>,
+    /// What each position of the last walk produced ([`Self::add_raw`]).
+    recent: Vec<Recent>,
+    /// Bumped when the intern tables are reset: stack ids of older [`Recent`]s are stale.
+    interning: u64,
+    /// Bumped when a window closes: row numbers of older [`Recent`]s are stale.
+    window: u64,
     threads: LabelValues,
     tasks: LabelValues,
     scratch: Vec<FrameIndex>,
@@ -121,6 +179,10 @@ impl WindowAggregator {
             stack_index: Default::default(),
             stacks: Vec::new(),
             rows: HashMap::default(),
+            counts: Vec::new(),
+            recent: Vec::new(),
+            interning: 1,
+            window: 1,
             threads: LabelValues::with_cap(limits.max_thread_names),
             tasks: LabelValues::with_cap(limits.max_task_names),
             scratch: Vec::new(),
@@ -183,6 +245,7 @@ impl WindowAggregator {
         self.unresolved.clear();
         self.stack_index.iter_mut().for_each(HashMap::clear);
         self.stacks.clear();
+        self.interning += 1;
     }
 
     /// The label id of a thread name.
@@ -198,18 +261,128 @@ impl WindowAggregator {
     /// Counts one sample standing for `weight` samples of `interval_ns` each.
     #[inline]
     pub fn add(&mut self, sample: Sample, on_cpu: bool, interval_ns: u64, weight: u32) {
+        if let Some(row) = self.row_of(sample, weight) {
+            self.bump(row, on_cpu, interval_ns, weight);
+        }
+    }
+
+    /// Counts the `slot`-th sample of a walk (its position among the samples the walker
+    /// reported this tick) under `span` and `route`: the same as [`Self::intern_stack`], the
+    /// name interning and [`Self::add`], but a slot whose stack, names, span and route are
+    /// those of the same slot in the last walk goes straight to its row. A walker reports its
+    /// threads in much the same order each tick, and most threads' stacks do not change
+    /// between ticks, so the intern tables and the row map (and their cache misses) are mostly
+    /// skipped. Steady state, it does not allocate.
+    ///
+    /// ```
+    /// use span_profile_core::{ExecutionKey, RawFrame, RawSample, Resource, WindowAggregator};
+    /// use span_profile_core::labels::LabelValues;
+    ///
+    /// let mut agg = WindowAggregator::default();
+    /// let frames = [RawFrame { id: 1, line: 3 }];
+    /// let s = RawSample {
+    ///     key: ExecutionKey::thread(1), frames: &frames, truncated: false, on_cpu: true,
+    ///     thread_name: "main", task_name: None, span: None, weight: 1,
+    /// };
+    /// for _tick in 0..3 {
+    ///     agg.add_raw(0, &s, None, LabelValues::BACKGROUND, 10_000_000);
+    /// }
+    /// let spans = span_profile_core::SpanTable::default().drain_window();
+    /// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &spans);
+    /// assert_eq!((p.samples.len(), p.samples[0].cpu_samples), (1, 3));
+    /// ```
+    pub fn add_raw(
+        &mut self,
+        slot: usize,
+        s: &RawSample<'_>,
+        span: Option<SpanContext>,
+        route: LabelId,
+        interval_ns: u64,
+    ) {
+        if slot >= self.recent.len() {
+            if slot > MAX_RECENT {
+                let sample = self.intern_sample(s, span, route);
+                return self.add(sample, s.on_cpu, interval_ns, s.weight);
+            }
+            self.recent.resize_with(slot + 1, Recent::default);
+        }
+        let (interning, window) = (self.interning, self.window);
+        let r = &mut self.recent[slot];
+        if r.interning == interning && r.same_stack(s) {
+            if s.truncated {
+                self.stats.truncated_stacks += 1;
+            }
+            let sample = Sample {
+                stack: r.stack,
+                span,
+                route,
+                thread: r.thread,
+                task: r.task,
+            };
+            let row = match r.row {
+                Some((w, cached, row)) if w == window && cached == sample => Some(row),
+                _ => {
+                    let row = self.row_of(sample, s.weight);
+                    let r = &mut self.recent[slot];
+                    r.row = row.map(|row| (window, sample, row));
+                    row
+                }
+            };
+            if let Some(row) = row {
+                self.bump(row, s.on_cpu, interval_ns, s.weight);
+            }
+            return;
+        }
+        let sample = self.intern_sample(s, span, route);
+        let row = self.row_of(sample, s.weight);
+        let r = &mut self.recent[slot];
+        // Names that overflowed their table are interned each time, so every overflow counts.
+        let cacheable =
+            sample.thread != LabelValues::OTHER && sample.task != Some(LabelValues::OTHER);
+        r.interning = if cacheable { interning } else { 0 };
+        r.remember(s, sample);
+        r.row = row.map(|row| (window, sample, row));
+        if let Some(row) = row {
+            self.bump(row, s.on_cpu, interval_ns, s.weight);
+        }
+    }
+
+    fn intern_sample(
+        &mut self,
+        s: &RawSample<'_>,
+        span: Option<SpanContext>,
+        route: LabelId,
+    ) -> Sample {
+        Sample {
+            stack: self.intern_stack(s.frames, s.truncated),
+            span,
+            route,
+            thread: self.intern_thread_name(s.thread_name),
+            task: s.task_name.map(|t| self.intern_task_name(t)),
+        }
+    }
+
+    /// The row of `sample`, added if new; `None` (and `weight` samples counted as dropped)
+    /// when the window is at its row cap.
+    fn row_of(&mut self, sample: Sample, weight: u32) -> Option<u32> {
+        if let Some(&row) = self.rows.get(&sample) {
+            return Some(row);
+        }
+        if self.rows.len() >= self.limits.max_rows {
+            self.stats.dropped_samples += u64::from(weight.max(1));
+            return None;
+        }
+        let row = self.counts.len() as u32;
+        self.counts.push((sample, Counts::default()));
+        self.rows.insert(sample, row);
+        Some(row)
+    }
+
+    #[inline]
+    fn bump(&mut self, row: u32, on_cpu: bool, interval_ns: u64, weight: u32) {
         let w = u64::from(weight.max(1));
         let ns = interval_ns.saturating_mul(w);
-        let counts = match self.rows.get_mut(&sample) {
-            Some(c) => c,
-            None => {
-                if self.rows.len() >= self.limits.max_rows {
-                    self.stats.dropped_samples += w;
-                    return;
-                }
-                self.rows.entry(sample).or_default()
-            }
-        };
+        let counts = &mut self.counts[row as usize].1;
         counts.wall_samples += w;
         counts.wall_ns += ns;
         if on_cpu {
@@ -246,7 +419,9 @@ impl WindowAggregator {
         let mut by_value: HashMap<&Frame, FrameIndex> = HashMap::new();
         let unknown = Frame::new("[unknown]", "", 0);
         let mut route_cache: HashMap<LabelId, Arc<str>> = HashMap::new();
-        let mut rows: Vec<(Sample, Counts)> = self.rows.drain().collect();
+        self.rows.clear();
+        self.window += 1;
+        let mut rows: Vec<(Sample, Counts)> = self.counts.drain(..).collect();
         rows.sort_unstable_by_key(|(s, _)| (s.stack, s.span, s.route, s.thread, s.task));
         for (s, c) in rows {
             let stack = match stack_map.get(&s.stack) {
@@ -474,5 +649,101 @@ mod tests {
         a.intern_stack(&[f(3), f(2)], false);
         a.resolve_frames(&mut s);
         assert_eq!(calls, 3);
+    }
+
+    /// `add_raw` is only a shortcut: over ticks whose stacks, names, spans and routes change
+    /// at random (with reordered walks, overflowing name tables, the row cap and truncated
+    /// stacks), it gives the windows that interning and `add` give.
+    #[test]
+    fn add_raw_gives_the_windows_that_intern_and_add_give() {
+        let limits = AggregatorLimits {
+            max_rows: 40,
+            max_stacks: 30,
+            max_thread_names: 5,
+            max_task_names: 4,
+        };
+        let (mut fast, mut slow) = (WindowAggregator::new(limits), WindowAggregator::new(limits));
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let spans = SpanTable::default();
+        let ctx = |s: u64| SpanContext {
+            trace_id: crate::TraceId::from_u128(7).unwrap(),
+            span_id: crate::SpanId::from_u64(s).unwrap(),
+            local_root_span_id: crate::SpanId::from_u64(1).unwrap(),
+        };
+        let names: Vec<String> = (0..8).map(|i| format!("worker-{i}")).collect();
+        for _window in 0..6 {
+            for _tick in 0..50 {
+                let threads = 3 + rnd(6) as usize;
+                for slot in 0..threads {
+                    // Mostly the same as last tick at this slot, sometimes not.
+                    let t = if rnd(10) == 0 { rnd(8) } else { slot as u64 };
+                    let depth = 1 + (t + rnd(2)) as usize;
+                    let frames: Vec<RawFrame> = (0..depth)
+                        .map(|d| RawFrame {
+                            id: d as u64 + t * rnd(2),
+                            line: 1,
+                        })
+                        .collect();
+                    let task = ["a", "b", "c", "d", "e"][rnd(5) as usize];
+                    let s = RawSample {
+                        key: crate::ExecutionKey::thread(t),
+                        frames: &frames,
+                        truncated: rnd(7) == 0,
+                        on_cpu: rnd(3) > 0,
+                        thread_name: &names[t as usize],
+                        task_name: (rnd(4) == 0).then_some(task),
+                        span: None,
+                        weight: 1 + rnd(2) as u32,
+                    };
+                    let span = (rnd(3) > 0).then(|| ctx(1 + rnd(3)));
+                    let route = LabelId(rnd(3) as u32);
+                    fast.add_raw(slot, &s, span, route, 10);
+                    let sample = Sample {
+                        stack: slow.intern_stack(s.frames, s.truncated),
+                        span,
+                        route,
+                        thread: slow.intern_thread_name(s.thread_name),
+                        task: s.task_name.map(|t| slow.intern_task_name(t)),
+                    };
+                    slow.add(sample, s.on_cpu, 10, s.weight);
+                }
+                fast.resolve_frames(&mut sym);
+                slow.resolve_frames(&mut sym);
+            }
+            let window = spans.drain_window();
+            let rows = |p: &Profile| {
+                let mut v: Vec<_> = p
+                    .samples
+                    .iter()
+                    .map(|s| {
+                        let frames: Vec<_> = p.stack_frames(s.stack).cloned().collect();
+                        let truncated = p.stacks[s.stack as usize].truncated;
+                        let labels = (
+                            s.span,
+                            s.route.clone(),
+                            s.thread_name.clone(),
+                            s.task_name.clone(),
+                        );
+                        let counts = (s.cpu_samples, s.wall_samples, s.cpu_ns, s.wall_ns);
+                        (frames, truncated, labels, counts)
+                    })
+                    .collect();
+                v.sort();
+                v
+            };
+            let (a, b) = (
+                fast.finish(Resource::default(), 0, 1, 10, &window),
+                slow.finish(Resource::default(), 0, 1, 10, &window),
+            );
+            assert_eq!(rows(&a), rows(&b));
+            assert_eq!(format!("{:?}", a.stats), format!("{:?}", b.stats));
+            assert!(a.stats.dropped_samples > 0 || a.samples.len() < 40);
+        }
     }
 }

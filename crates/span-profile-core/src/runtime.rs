@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 
-use crate::aggregate::{AggregatorLimits, Sample, WindowAggregator};
+use crate::aggregate::{AggregatorLimits, WindowAggregator};
 use crate::budget::{BudgetController, ThreadCpuClock};
 use crate::failure::{log_to_stderr, FailureHandler, FailureLog};
 use crate::labels::{LabelId, LabelValues, ResourceAttributeError};
@@ -778,25 +778,14 @@ impl TickSink<'_> {
     /// Aggregates one stack with the span (and route, when known) it is attributed to.
     fn record(&mut self, s: &RawSample<'_>, active: Option<(SpanContext, Option<LabelId>)>) {
         let sampler = &mut *self.sampler;
-        let stack = sampler.agg.intern_stack(s.frames, s.truncated);
-        let thread = sampler.agg.intern_thread_name(s.thread_name);
-        let task = s.task_name.map(|t| sampler.agg.intern_task_name(t));
         let (span, route) = match active {
             Some((ctx, route)) => (Some(ctx), route.unwrap_or(LabelValues::BACKGROUND)),
             None => (None, LabelValues::BACKGROUND),
         };
-        sampler.agg.add(
-            Sample {
-                stack,
-                span,
-                route,
-                thread,
-                task,
-            },
-            s.on_cpu,
-            sampler.tick_interval_ns,
-            s.weight,
-        );
+        let slot = sampler.tick_samples as usize;
+        sampler
+            .agg
+            .add_raw(slot, s, span, route, sampler.tick_interval_ns);
         sampler.tick_samples += 1;
     }
 }
