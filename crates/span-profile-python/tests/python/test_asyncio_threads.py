@@ -31,7 +31,14 @@ def test_to_thread_carries_the_submitters_span(agent, tracer):
     assert_accurate(attribution(all_samples(agent.output), expected))
 
 
-def test_run_in_executor_carries_the_submitters_span(agent, tracer):
+def uvloop_factory():
+    uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed for this interpreter")
+    return uvloop.new_event_loop
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_run_in_executor_carries_the_submitters_span(agent, tracer, loop):
+    new_loop = uvloop_factory() if loop == "uvloop" else asyncio.new_event_loop
     burners = [make_sync_burner("executor_%d" % i) for i in range(3)]
     expected = {}
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="exec")
@@ -46,7 +53,11 @@ def test_run_in_executor_carries_the_submitters_span(agent, tracer):
         # Afterwards a worker runs without a span again.
         await asyncio.get_running_loop().run_in_executor(pool, make_sync_burner("executor_none"), 0.2)
 
-    asyncio.run(main())
+    event_loop = new_loop()
+    try:
+        event_loop.run_until_complete(main())
+    finally:
+        event_loop.close()
     pool.shutdown()
     agent.stop()
     samples = all_samples(agent.output)
