@@ -674,6 +674,11 @@ mod tests {
         assert_eq!(c.url(), "http://localhost:4318/v1development/profiles");
         let grpc = ExporterEnv::default().with("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
         assert!(OtlpConfig::from_env("", &grpc).is_err());
+        // Traces on gRPC, profiles on HTTP: the profiles variable wins.
+        let grpc = grpc.with("OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL", "http/protobuf");
+        assert!(OtlpConfig::from_env("", &grpc).is_ok());
+        let grpc = ExporterEnv::default().with("OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL", "grpc");
+        assert!(OtlpConfig::from_env("", &grpc).is_err());
     }
 
     #[test]
