@@ -517,6 +517,16 @@ pub enum ContextSpan {
     Switched,
 }
 
+/// What a context lookup found, kept with a thread's cached stack
+/// ([`super::threads::CachedStack::resolution`]) and reused while the thread does not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resolution {
+    /// [`ContextSpan::Known`] or [`ContextSpan::Unknown`] (never `Switched`).
+    span: ContextSpan,
+    /// The task name id, if the context had a task tag.
+    task: Option<u32>,
+}
+
 /// Per-walker state of context reading: the target, a buffer for the task name, counters.
 #[derive(Debug)]
 pub(crate) struct ContextReader {
@@ -526,6 +536,8 @@ pub(crate) struct ContextReader {
     counters: Arc<ContextCounters>,
     task: NameBuf,
     has_task: bool,
+    /// The name id behind `task`.
+    task_id: Option<u32>,
     /// `tstate->context` read before the thread's frames ([`NOT_READ`] if not read).
     before: u64,
     /// That context's `ctx_vars` (its HAMT), read in the same syscall when the context was
@@ -555,6 +567,7 @@ impl ContextReader {
             counters: Arc::default(),
             task: NameBuf::new(),
             has_task: false,
+            task_id: None,
             before: NOT_READ,
             before_vars: NOT_READ,
             last_ctx: Box::new([(0, 0); CTX_CACHE]),
@@ -629,6 +642,7 @@ impl ContextReader {
     /// fails: what cannot be read is counted and reported as [`ContextSpan::Unknown`].
     pub(crate) fn resolve(&mut self, reader: &dyn MemoryReader, tstate: u64) -> ContextSpan {
         self.has_task = false;
+        self.task_id = None;
         let (Some(off), Some(target)) = (self.tstate_context, self.target) else {
             return ContextSpan::Unknown;
         };
@@ -646,8 +660,7 @@ impl ContextReader {
                 }
                 if let Some(id) = task {
                     bump(&self.counters.tasks);
-                    self.names.lookup(id, &mut self.task);
-                    self.has_task = true;
+                    self.set_task(id);
                 }
                 ContextSpan::Known(span)
             }
@@ -720,14 +733,46 @@ impl ContextReader {
 
     /// Hands `sample` to `sink` with the span and task name of the context running on the
     /// thread state at `tstate` (the registry is used when that context cannot be read).
+    /// Returns what was found, unless the context changed while the frames were copied.
     pub(crate) fn emit(
         &mut self,
         reader: &dyn MemoryReader,
         tstate: u64,
         sink: &mut dyn StackSink,
         sample: RawSample<'_>,
+    ) -> Option<Resolution> {
+        let span = self.resolve(reader, tstate);
+        self.hand(span, sink, sample);
+        (span != ContextSpan::Switched).then_some(Resolution {
+            span,
+            task: self.task_id,
+        })
+    }
+
+    /// Hands `sample` to `sink` with what an earlier [`ContextReader::emit`] found, without
+    /// reading memory: for a thread that has not run since.
+    pub(crate) fn emit_resolved(
+        &mut self,
+        r: Resolution,
+        sink: &mut dyn StackSink,
+        sample: RawSample<'_>,
     ) {
-        match self.resolve(reader, tstate) {
+        self.has_task = false;
+        self.task_id = None;
+        if let Some(id) = r.task {
+            self.set_task(id);
+        }
+        self.hand(r.span, sink, sample);
+    }
+
+    fn set_task(&mut self, id: u32) {
+        self.names.lookup(id, &mut self.task);
+        self.has_task = true;
+        self.task_id = Some(id);
+    }
+
+    fn hand(&self, span: ContextSpan, sink: &mut dyn StackSink, sample: RawSample<'_>) {
+        match span {
             ContextSpan::Known(span) => sink.sample_resolved(
                 &RawSample {
                     task_name: self.task_name(),

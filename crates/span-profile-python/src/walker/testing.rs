@@ -269,6 +269,11 @@ impl ImageBuilder {
         addr
     }
 
+    /// Where the interpreter's thread-list head is.
+    pub fn threads_head_addr(&self) -> u64 {
+        self.interp + self.layout.interp_threads_head as u64
+    }
+
     /// Where field `next` of thread state `tstate` is (to corrupt it in tests).
     pub fn tstate_next_addr(&self, tstate: u64) -> u64 {
         tstate + self.layout.tstate_next as u64

@@ -471,3 +471,77 @@ fn datastack_copy_replaces_frame_reads() {
         assert!(s.frame_reads >= 30, "{v}");
     }
 }
+
+/// An image shared with the test, which changes it between ticks; counts the one-by-one
+/// reads of the addresses in `watched` (batched reads are not counted).
+#[derive(Clone, Default)]
+struct SharedMemory {
+    mem: Arc<std::sync::Mutex<FakeMemory>>,
+    watched: Arc<std::sync::Mutex<Vec<u64>>>,
+    single_reads: Arc<AtomicUsize>,
+}
+
+impl super::MemoryReader for SharedMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), super::ReadError> {
+        if self.watched.lock().unwrap().contains(&addr) {
+            self.single_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        self.mem.lock().unwrap().read(addr, buf)
+    }
+
+    fn read_scatter(&self, addrs: &[u64], len: usize, out: &mut [u8], ok: &mut [bool]) {
+        let mem = self.mem.lock().unwrap();
+        for ((&a, slot), flag) in addrs.iter().zip(out.chunks_exact_mut(len)).zip(ok) {
+            *flag = mem.read(a, slot).is_ok();
+        }
+    }
+}
+
+/// The thread list is read in one batch from the addresses of the last tick, and followed
+/// through those copies only while it is the same list: threads that start, exit or move are
+/// seen at the next tick exactly as with reads one by one.
+#[test]
+fn thread_listing_is_batched_and_follows_list_changes() {
+    for v in versions() {
+        let mut b = ImageBuilder::new(v).unwrap();
+        let mut ts = Vec::new();
+        for t in 1..=3 {
+            let leaf = b.stack(&three());
+            ts.push(b.thread(t, 0, leaf));
+        }
+        let shared = SharedMemory::default();
+        *shared.mem.lock().unwrap() = b.mem.clone();
+        let mut w = PythonWalker::new(shared.clone(), b.target(), config()).unwrap();
+        let mut tick = |watched: &[u64]| {
+            *shared.watched.lock().unwrap() = watched.to_vec();
+            shared.single_reads.store(0, Ordering::Relaxed);
+            let mut c = Collected::default();
+            w.walk(&mut c);
+            let threads: Vec<u64> = c.samples.iter().map(|s| s.thread).collect();
+            (threads, shared.single_reads.load(Ordering::Relaxed))
+        };
+        let (first, _) = tick(&ts);
+        assert_eq!(first, [1, 2, 3], "{v:?}");
+        assert_eq!(
+            tick(&ts),
+            (vec![1, 2, 3], 0),
+            "{v:?}: an unchanged list is one batch"
+        );
+
+        // Thread 2 exits (unlinked) and thread 4 starts (appended after thread 3).
+        let leaf = b.stack(&three());
+        let t4 = b.thread(4, 0, leaf);
+        b.mem.write_u64(b.tstate_next_addr(ts[0]), ts[2]);
+        *shared.mem.lock().unwrap() = b.mem.clone();
+        let (threads, single) = tick(&[ts[0], ts[2], t4]);
+        assert_eq!(threads, [1, 3, 4], "{v:?}");
+        assert!(single >= 1, "{v:?}: the new thread is read on its own");
+        assert_eq!(tick(&[ts[0], ts[2], t4]), (vec![1, 3, 4], 0), "{v:?}");
+
+        // The head moves: thread 1 exits.
+        let head = b.threads_head_addr();
+        b.mem.write_u64(head, ts[2]);
+        *shared.mem.lock().unwrap() = b.mem.clone();
+        assert_eq!(tick(&[]).0, [3, 4], "{v:?}");
+    }
+}

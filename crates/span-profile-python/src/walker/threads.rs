@@ -1,6 +1,7 @@
 //! Per-thread side data: names (filled by the Python side), native thread ids, and CPU time for
 //! deciding whether a thread was on CPU since the last tick.
 
+use crate::walker::context::Resolution;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -294,6 +295,10 @@ pub(crate) struct CachedStack {
     pub(crate) n_outside: usize,
     /// The tick this entry was last used in (for eviction).
     pub(crate) last_used: u64,
+    /// What the thread's context held when these frames were copied (`None`: not known, or
+    /// it changed during the copy). Valid as long as the stack is: a thread that has not run
+    /// has not entered another context or set a variable either.
+    pub(crate) resolution: Option<Resolution>,
 }
 
 /// Most out-of-data-stack frame addresses remembered per thread for prefetching.
@@ -386,6 +391,7 @@ impl StackCache {
                     outside: [0; MAX_OUTSIDE],
                     n_outside: 0,
                     last_used: tick,
+                    resolution: None,
                 });
                 let i = self.entries.len() - 1;
                 self.by_thread.insert(thread_id, i);
@@ -420,6 +426,20 @@ impl StackCache {
             let k = outside.len().min(MAX_OUTSIDE);
             e.outside[..k].copy_from_slice(&outside[..k]);
             e.n_outside = k;
+            e.resolution = None;
+        }
+    }
+
+    /// Records what the context of `thread_id` held when its stored stack was copied.
+    pub(crate) fn set_resolution(&mut self, thread_id: u64, tstate: u64, r: Option<Resolution>) {
+        if let Some(e) = self
+            .by_thread
+            .get(&thread_id)
+            .and_then(|&i| self.entries.get_mut(i))
+        {
+            if e.tstate == tstate {
+                e.resolution = r;
+            }
         }
     }
 }

@@ -276,6 +276,9 @@ const MAX_SKIPPED_COUNTED: usize = 1024;
 const BUF: usize = 256;
 /// Largest thread-state copy (3.11's data-stack fields end at 312).
 const TSTATE_BUF: usize = 512;
+
+/// Most thread states read in one batched listing (the rest are read one by one).
+const MAX_BATCH_LISTED: usize = 1024;
 /// Most bytes of a thread's live data stack copied per walk (the innermost frames; frames below
 /// are read one by one).
 const STACK_COPY: usize = 64 * 1024;
@@ -360,6 +363,15 @@ pub struct PythonWalker<R> {
     pub(crate) ctx: ContextReader,
     /// Threads chosen for this tick (reservoir, `max_threads` long at most).
     chosen: Vec<ThreadRef>,
+    /// The first interpreter's thread-state addresses at the last listing, in list order: the
+    /// next listing reads them all in one batched read ([`MemoryReader::read_scatter`]) and
+    /// follows the list through the copies for as long as it is unchanged.
+    listed: Vec<u64>,
+    /// This listing's addresses (becomes `listed`).
+    listing: Vec<u64>,
+    /// The batched copies of `listed`, `tstate_read_size()` bytes each, and which succeeded.
+    listed_buf: Vec<u8>,
+    listed_ok: Vec<bool>,
     /// Frames of the thread being walked, before their code objects are resolved.
     slots: Vec<FrameSlot>,
     /// Code-object addresses, header copies and read results of those frames (batched read).
@@ -439,6 +451,10 @@ impl<R: MemoryReader> PythonWalker<R> {
             name: NameBuf::new(),
             ctx: ContextReader::new(layout.version),
             chosen: Vec::with_capacity(config.max_threads),
+            listed: Vec::new(),
+            listing: Vec::new(),
+            listed_buf: Vec::new(),
+            listed_ok: Vec::new(),
             slots: Vec::with_capacity(config.max_depth),
             code_addrs: Vec::with_capacity(config.max_depth),
             code_bufs: vec![
@@ -549,8 +565,9 @@ impl<R: MemoryReader> PythonWalker<R> {
             }
         };
         let mut tbuf = [0u8; TSTATE_BUF];
+        let size = l.tstate_read_size();
         let cap = self.config.max_threads.max(1);
-        for _ in 0..self.config.max_interpreters {
+        for n_interp in 0..self.config.max_interpreters {
             if interp == 0 {
                 break;
             }
@@ -564,13 +581,47 @@ impl<R: MemoryReader> PythonWalker<R> {
             }
             let mut tstate = u64::from_le_bytes(b);
             let mut prev_tstate = 0u64;
+            // The first interpreter's list as it was at the last tick, read in one go; each
+            // copy is used only while the list is followed to the same address.
+            let first = n_interp == 0;
+            let mut batched = 0usize;
+            if first && self.listed.first() == Some(&tstate) {
+                batched = self.listed.len();
+                self.listed_buf.resize(batched * size, 0);
+                self.listed_ok.resize(batched, false);
+                self.reader.read_scatter(
+                    &self.listed,
+                    size,
+                    &mut self.listed_buf,
+                    &mut self.listed_ok,
+                );
+            }
+            let mut at = 0usize;
+            self.listing.clear();
             while tstate != 0 {
                 if seen >= MAX_LISTED {
                     return Ok(seen);
                 }
-                let tb = tbuf.get_mut(..l.tstate_read_size()).unwrap_or_default();
-                if self.reader.read(tstate, tb).is_err() {
-                    return Err((seen, ThreadFailure::Invalid));
+                let tb = tbuf.get_mut(..size).unwrap_or_default();
+                let copy = (at < batched
+                    && self.listed.get(at) == Some(&tstate)
+                    && self.listed_ok.get(at) == Some(&true))
+                .then(|| self.listed_buf.get(at * size..(at + 1) * size))
+                .flatten();
+                match copy {
+                    Some(c) if c.len() == tb.len() => {
+                        tb.copy_from_slice(c);
+                        at += 1;
+                    }
+                    _ => {
+                        batched = 0; // the list changed here: read the rest one by one
+                        if self.reader.read(tstate, tb).is_err() {
+                            return Err((seen, ThreadFailure::Invalid));
+                        }
+                    }
+                }
+                if first && self.listing.len() < MAX_BATCH_LISTED {
+                    self.listing.push(tstate);
                 }
                 if field_u64(tb, l.tstate_interp) != interp {
                     // Torn list or a wrong offset: do not follow `next` from garbage.
@@ -602,6 +653,9 @@ impl<R: MemoryReader> PythonWalker<R> {
                 }
                 prev_tstate = tstate;
                 tstate = next;
+            }
+            if first {
+                std::mem::swap(&mut self.listed, &mut self.listing);
             }
             if self.target.interpreter != 0 {
                 break;
@@ -670,10 +724,11 @@ impl<R: MemoryReader> PythonWalker<R> {
         let tid = self.tid_of(t.thread_id, t.native, registered_native);
         let cpu_ns = tid.and_then(|tid| cpu_time_ns(self.config.cpu_time, tid));
         let on_cpu = cpu_ns.is_some_and(|ns| self.cpu.observe(t.thread_id, ns));
-        self.refresh_before_walk(&mut t);
         if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
             // A thread whose CPU clock has not moved since its stack was copied has not run, so
-            // its Python stack is the same: report the copy without reading frames.
+            // its Python stack is the same: report the copy without reading frames. Nor has it
+            // entered another context or set a variable: the span and task found with the copy
+            // still hold, and its context is not read again.
             if let Some(e) = self
                 .stacks
                 .unchanged(t.thread_id, t.tstate, tid, ns, self.tick)
@@ -694,10 +749,18 @@ impl<R: MemoryReader> PythonWalker<R> {
                     span: None,
                     weight,
                 };
-                self.ctx.emit(&self.reader, t.tstate, sink, sample);
+                match e.resolution {
+                    Some(r) => self.ctx.emit_resolved(r, sink, sample),
+                    None => {
+                        self.ctx.forget_before();
+                        let r = self.ctx.emit(&self.reader, t.tstate, sink, sample);
+                        self.stacks.set_resolution(t.thread_id, t.tstate, r);
+                    }
+                }
                 return;
             }
         }
+        self.refresh_before_walk(&mut t);
         let mut frame = t.frame_field;
         if let Some(off) = l.cframe_current_frame {
             if frame != 0 {
@@ -747,7 +810,10 @@ impl<R: MemoryReader> PythonWalker<R> {
             span: None,
             weight,
         };
-        self.ctx.emit(&self.reader, t.tstate, sink, sample);
+        let r = self.ctx.emit(&self.reader, t.tstate, sink, sample);
+        if cpu_ns.is_some() {
+            self.stacks.set_resolution(t.thread_id, t.tstate, r);
+        }
     }
 
     /// The OS tid of a thread, from its thread state (3.11+), the registry, or its pthread.
