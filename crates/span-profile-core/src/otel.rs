@@ -48,7 +48,9 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 
 use crate::registry::ActiveSpan;
-use crate::{ActiveSpanRegistry, ExecutionKey, Profiler, SpanId, SpanStart, SpanTable, TraceId};
+use crate::{
+    ActiveSpanRegistry, ExecutionKey, Profiler, SpanId, SpanScope, SpanStart, SpanTable, TraceId,
+};
 
 /// The span attribute that Grafana's traces-to-profiles joins on.
 pub const PROFILE_ID_ATTRIBUTE: &str = "pyroscope.profile.id";
@@ -80,16 +82,29 @@ fn ids(sc: &opentelemetry::trace::SpanContext) -> Option<(TraceId, SpanId)> {
 }
 
 /// Records span metadata in the profiler's [`SpanTable`] and tags spans with
-/// [`PROFILE_ID_ATTRIBUTE`].
+/// [`PROFILE_ID_ATTRIBUTE`]: the spans whose own id the backend stores samples under, as
+/// [`SpanScope::links`] tells. With the default [`SpanScope::LocalRoot`] (Pyroscope's), only
+/// local roots carry it, so a link never leads to an empty profile.
 #[derive(Debug, Clone)]
 pub struct SpanProfileProcessor {
     spans: Arc<SpanTable>,
+    scope: SpanScope,
 }
 
 impl SpanProfileProcessor {
-    /// A processor feeding `spans`.
+    /// A processor feeding `spans`, linking local roots.
     pub fn new(spans: Arc<SpanTable>) -> Self {
-        Self { spans }
+        Self {
+            spans,
+            scope: SpanScope::LocalRoot,
+        }
+    }
+
+    /// Links the spans of `scope`: use the span scope the exporter labels samples with
+    /// (`SpanScope::All` for a Pyroscope exporter set to every span, or for the file store).
+    pub fn with_span_scope(mut self, scope: SpanScope) -> Self {
+        self.scope = scope;
+        self
     }
 }
 
@@ -98,10 +113,13 @@ impl SpanProcessor for SpanProfileProcessor {
         let Some((trace_id, span_id)) = ids(span.span_context()) else {
             return;
         };
-        span.set_attribute(KeyValue::new(PROFILE_ID_ATTRIBUTE, span_id.to_string()));
         let parent = cx.span();
         let parent_sc = parent.span_context();
         let parent_span_id = ids(parent_sc).map(|(_, s)| s);
+        let is_local_root = parent_span_id.is_none() || parent_sc.is_remote();
+        if self.scope.links(is_local_root) {
+            span.set_attribute(KeyValue::new(PROFILE_ID_ATTRIBUTE, span_id.to_string()));
+        }
         let data = span.exported_data();
         let name = data.as_ref().map(|d| d.name.as_ref()).unwrap_or("");
         let route = data.as_ref().and_then(|d| {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::KeyValue;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-use span_profile_core::{otel, ExecutionKey, Profiler};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use span_profile_core::{otel, ExecutionKey, Profiler, SpanScope};
 use span_profile_test::{FakeWalker, InMemoryExporter};
 
 #[test]
@@ -65,7 +65,7 @@ fn nested_spans_route_local_root_and_profile_id_attribute() {
         .shutdown_with_timeout(Duration::from_secs(5))
         .unwrap();
 
-    let (_root, child) = ids.unwrap();
+    let (root, child) = ids.unwrap();
     let child_hex = format!("{child}");
     let windows = exporter.profiles();
     let child_samples: u64 = windows
@@ -86,13 +86,50 @@ fn nested_spans_route_local_root_and_profile_id_attribute() {
         .iter()
         .any(|s| s.route.as_deref() == Some("/checkout")));
 
+    // Pyroscope stores samples under the local root's id (the default span scope): only the
+    // root carries the link, so a link never leads to an empty profile.
     let exported = spans_out.get_finished_spans().unwrap();
-    let child_span = exported
+    assert_eq!(
+        profile_id(&exported, "POST /checkout"),
+        Some(root.to_string())
+    );
+    assert_eq!(profile_id(&exported, "pricing.calculate"), None);
+}
+
+fn profile_id(spans: &[SpanData], name: &str) -> Option<String> {
+    let span = spans
         .iter()
-        .find(|s| s.name == "pricing.calculate")
+        .find(|s| s.name == name)
+        .expect("span exported");
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == otel::PROFILE_ID_ATTRIBUTE)
+        .map(|kv| kv.value.as_str().into_owned())
+}
+
+/// With every span's samples kept under its own id (`SpanScope::All`), every span links.
+#[test]
+fn with_all_spans_scope_every_span_carries_its_own_profile_id() {
+    let profiler = Profiler::builder()
+        .with_walker(FakeWalker::threads(1, 2))
+        .with_exporter(InMemoryExporter::default())
+        .start()
         .unwrap();
-    assert!(child_span
-        .attributes
-        .iter()
-        .any(|kv| kv.key.as_str() == otel::PROFILE_ID_ATTRIBUTE && kv.value.as_str() == child_hex));
+    let spans_out = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(otel::install(&profiler).with_span_scope(SpanScope::All))
+        .with_simple_exporter(spans_out.clone())
+        .build();
+    let tracer = provider.tracer("checkout");
+    let mut ids = Vec::new();
+    tracer.in_span("root", |cx| {
+        ids.push(cx.span().span_context().span_id());
+        tracer.in_span("child", |cx| ids.push(cx.span().span_context().span_id()));
+    });
+    profiler
+        .shutdown_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    let exported = spans_out.get_finished_spans().unwrap();
+    assert_eq!(profile_id(&exported, "root"), Some(ids[0].to_string()));
+    assert_eq!(profile_id(&exported, "child"), Some(ids[1].to_string()));
 }

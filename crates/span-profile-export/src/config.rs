@@ -110,7 +110,7 @@ impl ExporterEnv {
     #[cfg(any(feature = "pyroscope", feature = "otlp"))]
     /// The delivery settings shared by every exporter: `SPAN_PROFILE_SPOOL_DIR` (a
     /// subdirectory named `kind` is used), `SPAN_PROFILE_SPOOL_MAX_BYTES`,
-    /// `SPAN_PROFILE_SPOOL_MAX_ENTRIES`.
+    /// `SPAN_PROFILE_SPOOL_MAX_ENTRIES`, `SPAN_PROFILE_CA_FILE`.
     pub(crate) fn delivery(&self, kind: &str) -> Result<DeliveryConfig, ConfigError> {
         let mut d = DeliveryConfig::default();
         if let Some(dir) = self.get("SPAN_PROFILE_SPOOL_DIR") {
@@ -121,6 +121,9 @@ impl ExporterEnv {
         }
         if let Some(n) = self.number("SPAN_PROFILE_SPOOL_MAX_ENTRIES")? {
             d = d.with_spool_max_entries(n as usize);
+        }
+        if let Some(f) = self.get("SPAN_PROFILE_CA_FILE") {
+            d = d.with_ca_file(f);
         }
         Ok(d)
     }
@@ -152,29 +155,14 @@ pub enum ConfigError {
     Delivery(#[from] DeliveryError),
 }
 
-/// Which span a sample is linked to, when a backend keeps one span per sample.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SpanScope {
-    /// The local root span: the first span of the trace in this process (Pyroscope's and
-    /// Grafana's convention).
-    #[default]
-    LocalRoot,
-    /// The innermost span active when the sample was taken.
-    All,
-}
+pub use span_profile_core::SpanScope;
 
-impl SpanScope {
-    pub(crate) fn parse(name: &'static str, s: &str) -> Result<Self, ConfigError> {
-        match s.to_ascii_lowercase().as_str() {
-            "local_root" | "root" => Ok(SpanScope::LocalRoot),
-            "all" | "innermost" => Ok(SpanScope::All),
-            _ => Err(ConfigError::InvalidVar {
-                name,
-                reason: format!("{s:?} is not local_root or all"),
-            }),
-        }
-    }
+/// Reads a span scope setting (`local_root` or `all`) named `name`.
+pub(crate) fn parse_span_scope(name: &'static str, s: &str) -> Result<SpanScope, ConfigError> {
+    SpanScope::parse(s).ok_or_else(|| ConfigError::InvalidVar {
+        name,
+        reason: format!("{s:?} is not local_root or all"),
+    })
 }
 
 /// A string that prints as `<redacted>`.

@@ -72,6 +72,9 @@ pub struct DeliveryConfig {
     pub spool_max_bytes: u64,
     /// Entries the spool may hold (default 1,000).
     pub spool_max_entries: usize,
+    /// A PEM file of the CA certificates that verify an `https://` server, in place of the
+    /// bundled Mozilla roots (for a server behind a private CA). `None`: the bundled roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for DeliveryConfig {
@@ -86,11 +89,19 @@ impl Default for DeliveryConfig {
             spool_dir: None,
             spool_max_bytes: 64 << 20,
             spool_max_entries: 1000,
+            ca_file: None,
         }
     }
 }
 
 impl DeliveryConfig {
+    /// Verifies `https://` servers with the CA certificates in the PEM file `path` instead of
+    /// the bundled Mozilla roots.
+    pub fn with_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
     /// Sets the per-request timeout (and caps the connect timeout at it).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -222,6 +233,43 @@ pub enum DeliveryError {
     /// The worker thread could not be started.
     #[error("cannot start the delivery thread: {0}")]
     Thread(std::io::Error),
+    /// The CA file cannot be read, or holds no PEM certificate.
+    #[error("cannot use CA file {path}: {reason}; point it at a PEM file of CA certificates (-----BEGIN CERTIFICATE-----)")]
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The TLS settings of `config`: its CA file's certificates as the only roots, or the bundled
+/// Mozilla roots.
+fn tls_config(config: &DeliveryConfig) -> Result<ureq::tls::TlsConfig, DeliveryError> {
+    use ureq::tls::{parse_pem, PemItem, RootCerts, TlsConfig};
+    let builder = TlsConfig::builder();
+    let Some(path) = &config.ca_file else {
+        return Ok(builder.build());
+    };
+    let fail = |reason: String| DeliveryError::CaFile {
+        path: path.clone(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    let mut certs = Vec::new();
+    for item in parse_pem(&pem) {
+        match item {
+            Ok(PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => return Err(fail(format!("not valid PEM ({e})"))),
+        }
+    }
+    if certs.is_empty() {
+        return Err(fail("it holds no certificate".into()));
+    }
+    Ok(builder
+        .root_certs(RootCerts::new_with_certs(&certs))
+        .build())
 }
 
 #[derive(Debug, Default)]
@@ -342,6 +390,7 @@ impl Delivery {
         target: &'static str,
         check: Option<ResponseCheck>,
     ) -> Result<Self, DeliveryError> {
+        let tls = tls_config(&config)?;
         let spool = Spool::open(&config)?;
         let shared = Arc::new(Shared {
             counters: Counters::default(),
@@ -364,6 +413,7 @@ impl Delivery {
                 .timeout_global(Some(config.timeout))
                 .timeout_connect(Some(config.connect_timeout.min(config.timeout)))
                 .user_agent(concat!("span-profile/", env!("CARGO_PKG_VERSION")))
+                .tls_config(tls)
                 .build(),
         );
         let worker = Worker {

@@ -30,6 +30,7 @@
 //! | `OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL`, `OTEL_EXPORTER_OTLP_PROTOCOL` | only `http/protobuf` |
 //! | `SPAN_PROFILE_OTLP_SPAN_SCOPE` | `all` (default) or `local_root` |
 //! | `SPAN_PROFILE_SPOOL_DIR` | on-disk spool (`<dir>/otlp`); memory if unset |
+//! | `OTEL_EXPORTER_OTLP_PROFILES_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CERTIFICATE`, `SPAN_PROFILE_CA_FILE` | PEM file of CA certificates for `https://`, in place of the bundled Mozilla roots (first set wins) |
 //!
 //! An `otlp+http://host:4318` output URL is a base URL, like `OTEL_EXPORTER_OTLP_ENDPOINT`,
 //! and wins over the variables.
@@ -186,6 +187,15 @@ impl OtlpConfig {
             c.delivery = c.delivery.with_timeout(t);
         }
         for name in [
+            "OTEL_EXPORTER_OTLP_PROFILES_CERTIFICATE",
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+        ] {
+            if let Some(f) = env.get(name) {
+                c.delivery = c.delivery.with_ca_file(f);
+                break;
+            }
+        }
+        for name in [
             "OTEL_EXPORTER_OTLP_PROFILES_COMPRESSION",
             "OTEL_EXPORTER_OTLP_COMPRESSION",
         ] {
@@ -204,7 +214,7 @@ impl OtlpConfig {
             }
         }
         if let Some(s) = env.get("SPAN_PROFILE_OTLP_SPAN_SCOPE") {
-            c.span_scope = SpanScope::parse("SPAN_PROFILE_OTLP_SPAN_SCOPE", s)?;
+            c.span_scope = crate::config::parse_span_scope("SPAN_PROFILE_OTLP_SPAN_SCOPE", s)?;
         }
         Ok(c)
     }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use span_profile_core::Exporter;
+use span_profile_core::{Exporter, SpanScope};
 
 use crate::config::{strip_userinfo, ConfigError};
 use crate::ExporterEnv;
@@ -102,10 +102,37 @@ pub fn exporter_for_output(
     output: &str,
     env: &ExporterEnv,
 ) -> Result<Box<dyn Exporter>, OutputError> {
+    build_output(output, env).map(|b| b.exporter)
+}
+
+/// An exporter built from an `output` setting, with the span scope its backend keeps samples
+/// under: what span processors need to set `pyroscope.profile.id` on the right spans
+/// ([`SpanScope::links`]).
+pub struct BuiltOutput {
+    /// The exporter.
+    pub exporter: Box<dyn Exporter>,
+    /// The span each sample is stored under: the innermost for the file store, the
+    /// configured scope for Pyroscope (local root by default) and OTLP (all by default).
+    pub span_scope: SpanScope,
+}
+
+impl std::fmt::Debug for BuiltOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuiltOutput")
+            .field("span_scope", &self.span_scope)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`exporter_for_output`], with the span scope of the exporter it builds.
+pub fn build_output(output: &str, env: &ExporterEnv) -> Result<BuiltOutput, OutputError> {
     let _ = env;
     match parse_output(output)? {
         #[cfg(feature = "file")]
-        Output::Dir(dir) => Ok(Box::new(crate::FileStore::new(dir))),
+        Output::Dir(dir) => Ok(BuiltOutput {
+            exporter: Box::new(crate::FileStore::new(dir)),
+            span_scope: SpanScope::All,
+        }),
         #[cfg(not(feature = "file"))]
         Output::Dir(_) => Err(OutputError::NotBuilt {
             output: output.trim().to_string(),
@@ -114,7 +141,11 @@ pub fn exporter_for_output(
         #[cfg(feature = "pyroscope")]
         Output::Pyroscope(url) => {
             let config = crate::pyroscope::PyroscopeConfig::from_env(&url, env)?;
-            Ok(Box::new(crate::pyroscope::PyroscopeExporter::new(config)?))
+            let span_scope = config.span_scope;
+            Ok(BuiltOutput {
+                exporter: Box::new(crate::pyroscope::PyroscopeExporter::new(config)?),
+                span_scope,
+            })
         }
         #[cfg(not(feature = "pyroscope"))]
         Output::Pyroscope(_) => Err(OutputError::NotBuilt {
@@ -124,7 +155,11 @@ pub fn exporter_for_output(
         #[cfg(feature = "otlp")]
         Output::Otlp(url) => {
             let config = crate::otlp::OtlpConfig::from_env(&url, env)?;
-            Ok(Box::new(crate::otlp::OtlpExporter::new(config)?))
+            let span_scope = config.span_scope;
+            Ok(BuiltOutput {
+                exporter: Box::new(crate::otlp::OtlpExporter::new(config)?),
+                span_scope,
+            })
         }
         #[cfg(not(feature = "otlp"))]
         Output::Otlp(_) => Err(OutputError::NotBuilt {

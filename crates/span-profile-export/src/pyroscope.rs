@@ -30,6 +30,7 @@
 //! | `PYROSCOPE_INGESTION_WINDOW_MS` | drop windows older than this (default 3600000) |
 //! | `SPAN_PROFILE_SPOOL_DIR` | on-disk spool (`<dir>/pyroscope`); memory if unset |
 //! | `SPAN_PROFILE_SPOOL_MAX_BYTES`, `SPAN_PROFILE_SPOOL_MAX_ENTRIES` | spool bounds |
+//! | `SPAN_PROFILE_CA_FILE` | PEM file of CA certificates for `https://` (a private CA), in place of the bundled Mozilla roots |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -250,7 +251,7 @@ impl PyroscopeConfig {
             c.tags = pairs;
         }
         if let Some(s) = env.get("PYROSCOPE_SPAN_SCOPE") {
-            c.span_scope = SpanScope::parse("PYROSCOPE_SPAN_SCOPE", s)?;
+            c.span_scope = crate::config::parse_span_scope("PYROSCOPE_SPAN_SCOPE", s)?;
         }
         if let Some(p) = env.get("PYROSCOPE_PROTOCOL") {
             c.protocol = match p.to_ascii_lowercase().as_str() {

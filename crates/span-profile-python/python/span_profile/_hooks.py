@@ -16,8 +16,10 @@ class SpanProcessor(_SdkSpanProcessor):
 
     Add it to the TracerProvider: ``provider.add_span_processor(span_profile.SpanProcessor())``.
     On start it records the span (its parent, local root and ``http.route``) in the agent's span
-    table and sets the attribute ``pyroscope.profile.id`` to the span id (16 hex digits); on end
-    it records the end time. Which span is current on a thread is tracked separately, by the
+    table and sets the attribute ``pyroscope.profile.id`` to the span id (16 hex digits) on the
+    spans whose own id the output keeps samples under: every span for a directory or OTLP, the
+    local roots only for Pyroscope (unless ``PYROSCOPE_SPAN_SCOPE=all``). On end it records the
+    end time. Which span is current on a thread is tracked separately, by the
     runtime-context hook that ``span_profile.start()`` installs. Does nothing while no agent runs.
     It never raises into the application: failures are counted in ``stats()["hook_errors"]``.
     """

@@ -11,10 +11,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyType};
 
 use span_profile_core::{
-    ActiveSpanRegistry, ExecutionKey, ExportError, Profiler, ProfilerStats, SpanId, SpanStart,
-    SpanTable, StartError, TraceId,
+    ActiveSpanRegistry, ExecutionKey, ExportError, Profiler, ProfilerStats, SpanId, SpanScope,
+    SpanStart, SpanTable, StartError, TraceId,
 };
-use span_profile_export::{exporter_for_output, parse_output, ExporterEnv, Output};
+use span_profile_export::{build_output, parse_output, ExporterEnv, Output};
 
 use super::context::{slot_layout, ContextHook, HookCounters, PyActiveSpan, TaskTag, CACHE_ATTR};
 use super::settings;
@@ -41,6 +41,9 @@ pub(crate) struct NativeAgent {
     service: String,
     instance: Option<String>,
     output: String,
+    /// Which spans get `pyroscope.profile.id`: those whose own id the output keeps samples
+    /// under ([`SpanScope::links`]).
+    link_scope: SpanScope,
     resource_problems: Vec<String>,
     /// The span slot and task tag ContextVars the walker looks up (kept alive with it).
     _context_vars: Vec<Py<PyAny>>,
@@ -178,9 +181,13 @@ impl NativeAgent {
         ) else {
             return Ok(());
         };
+        let links = self.link_scope.links(parent_id == 0 || remote);
         let profile_id = hex16(active.0.ctx.span_id.to_u64());
         span.setattr(intern!(py, CACHE_ATTR), Bound::new(py, active)?)?;
-        set_profile_id(span, &profile_id)
+        if links {
+            set_profile_id(span, &profile_id)?;
+        }
+        Ok(())
     }
 
     fn try_on_end(&self, span: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -244,8 +251,9 @@ impl NativeAgent {
                 ))
             })?;
         }
-        let exporter = exporter_for_output(output, &ExporterEnv::from_process())
+        let built = build_output(output, &ExporterEnv::from_process())
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let (exporter, link_scope) = (built.exporter, built.span_scope);
         let (resource, resource_problems) =
             settings::resource(service, version, environment, instance, forked);
         let service = resource.service.clone();
@@ -281,6 +289,7 @@ impl NativeAgent {
             service,
             instance,
             output: output.to_string(),
+            link_scope,
             resource_problems,
             _context_vars: slot_var
                 .into_iter()

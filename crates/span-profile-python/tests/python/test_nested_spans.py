@@ -36,9 +36,12 @@ def test_samples_carry_the_innermost_span_and_the_local_root(agent, tracer):
 
 
 def test_spans_get_the_profile_id_attribute(agent, tracer):
+    # The file store keeps every sample under its innermost span: every span links.
     with tracer.start_as_current_span("request") as span:
-        pass
+        with tracer.start_as_current_span("inner") as inner:
+            pass
     assert span.attributes["pyroscope.profile.id"] == hex16(span.context.span_id)
+    assert inner.attributes["pyroscope.profile.id"] == hex16(inner.context.span_id)
 
 
 def test_a_remote_parent_starts_a_new_local_root(agent, tracer):
