@@ -190,6 +190,9 @@ pub struct DeliveryStats {
     pub rejected: u64,
     /// Items rejected inside accepted requests (OTLP partial success).
     pub rejected_items: u64,
+    /// Requests accepted whole but with a message from the server (OTLP's partial success
+    /// with nothing rejected: a warning); the last one is [`Delivery::last_warning`].
+    pub warnings: u64,
     /// Requests dropped because the hand-off queue was full (oldest first).
     pub dropped_queue_full: u64,
     /// Requests dropped because the spool was over its bound (oldest first).
@@ -280,6 +283,7 @@ struct Counters {
     timeouts: AtomicU64,
     rejected: AtomicU64,
     rejected_items: AtomicU64,
+    warnings: AtomicU64,
     dropped_queue_full: AtomicU64,
     dropped_spool_full: AtomicU64,
     dropped_expired: AtomicU64,
@@ -297,6 +301,7 @@ struct Progress {
     /// The last attempt failed and the worker is waiting to retry.
     backing_off: bool,
     last_error: Option<String>,
+    last_warning: Option<String>,
     /// Failures not yet reported through `take_failures`.
     unreported: Vec<String>,
     worker_done: bool,
@@ -521,6 +526,7 @@ impl Delivery {
             timeouts: l(&c.timeouts),
             rejected: l(&c.rejected),
             rejected_items: l(&c.rejected_items),
+            warnings: l(&c.warnings),
             dropped_queue_full: l(&c.dropped_queue_full),
             dropped_spool_full: l(&c.dropped_spool_full),
             dropped_expired: l(&c.dropped_expired),
@@ -534,6 +540,12 @@ impl Delivery {
     /// The last failure (a refused request, a failed attempt), without credentials.
     pub fn last_error(&self) -> Option<String> {
         self.shared.progress().last_error.clone()
+    }
+
+    /// The last warning of a server that accepted a request whole (counted in
+    /// [`DeliveryStats::warnings`]; not a failure, so `export` does not return it).
+    pub fn last_warning(&self) -> Option<String> {
+        self.shared.progress().last_warning.clone()
     }
 
     /// Failures not yet reported, joined into one message; `None` if there were none.
@@ -763,6 +775,12 @@ impl Worker {
                         self.shared.target,
                         outcome.rejected_items,
                         outcome.message.as_deref().unwrap_or("no message")
+                    ));
+                } else if let Some(message) = outcome.message {
+                    c.warnings.fetch_add(1, Ordering::Relaxed);
+                    self.shared.progress().last_warning = Some(format!(
+                        "{} accepted a request with a warning: {message}",
+                        self.shared.target
                     ));
                 }
                 self.attempt = 0;

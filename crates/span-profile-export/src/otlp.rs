@@ -16,7 +16,9 @@
 //!   `service.instance.id` and the rest of `OTEL_RESOURCE_ATTRIBUTES`.
 //!
 //! The response's partial success is read: `rejected_profiles` is counted in
-//! [`DeliveryStats::rejected_items`] and its message reported by the next `export`.
+//! [`DeliveryStats::rejected_items`] and its message reported by the next `export`; a message
+//! with nothing rejected (the spec's warning) is counted in [`DeliveryStats::warnings`] and
+//! kept as [`OtlpExporter::last_warning`].
 //!
 //! # Environment
 //!
@@ -314,6 +316,12 @@ impl OtlpExporter {
     /// The last delivery failure, without credentials.
     pub fn last_error(&self) -> Option<String> {
         self.delivery.last_error()
+    }
+
+    /// The last warning of a receiver that accepted a window whole (a partial success with
+    /// nothing rejected and a message); counted in `stats().delivery.warnings`.
+    pub fn last_warning(&self) -> Option<String> {
+        self.delivery.last_warning()
     }
 
     /// The settings in use.

@@ -1,5 +1,6 @@
 //! A 200 whose `ExportProfilesServiceResponse` reports a partial success: the rejected
-//! profiles are counted and the server's message comes back from the next `export`.
+//! profiles are counted and the server's message comes back from the next `export`. A message
+//! with nothing rejected is the spec's warning: counted and kept, not a failure.
 
 mod common;
 
@@ -36,5 +37,27 @@ fn rejected_profiles_are_counted_and_reported() {
     );
     let err = block_on(e.export(Arc::new(recent_checkout()))).unwrap_err();
     assert!(err.to_string().contains("unsupported sample type"), "{err}");
+    block_on(e.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+}
+
+#[test]
+fn a_message_with_nothing_rejected_is_a_warning_not_a_failure() {
+    let body = ExportProfilesServiceResponse {
+        partial_success: Some(ExportProfilesPartialSuccess {
+            rejected_profiles: 0,
+            error_message: "profiles signal is in development".into(),
+        }),
+    }
+    .encode_to_vec();
+    let server = CaptureServer::start(move |_, _| Reply::Status(200, Vec::new(), body.clone()));
+    let e = OtlpExporter::new(OtlpConfig::new(&server.url()).unwrap()).unwrap();
+    block_on(e.export(Arc::new(recent_checkout()))).unwrap();
+    block_on(e.force_flush()).unwrap();
+    let s = e.stats().delivery;
+    assert_eq!((s.sent, s.rejected_items, s.warnings), (1, 0, 1), "{s:?}");
+    let warning = e.last_warning().expect("the warning is kept");
+    assert!(warning.contains("in development"), "{warning}");
+    assert_eq!(e.last_error(), None);
+    block_on(e.export(Arc::new(recent_checkout()))).expect("a warning is not a failure");
     block_on(e.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
 }
