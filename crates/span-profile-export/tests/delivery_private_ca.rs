@@ -166,3 +166,27 @@ fn a_ca_file_that_cannot_be_used_is_refused_with_what_to_pass() {
         assert!(err.contains("PEM file of CA certificates"), "{err}");
     }
 }
+
+/// OTLP takes the CA from OpenTelemetry's own variable, and speaks TLS to the receiver.
+#[test]
+fn otlp_over_tls_trusts_the_otel_certificate_variable() {
+    use span_profile_export::otlp::{OtlpConfig, OtlpExporter};
+    let server = private_ca_server();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &server.ca_pem).unwrap();
+    let env = ExporterEnv::from_pairs([
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("https://localhost:{}", server.port).as_str(),
+        ),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca_file.to_str().unwrap()),
+    ]);
+    let exporter = OtlpExporter::new(OtlpConfig::from_env("", &env).unwrap()).unwrap();
+    block_on(exporter.export(Arc::new(recent_checkout()))).unwrap();
+    wait_for(|| exporter.stats().delivery.sent > 0);
+    let s = exporter.stats().delivery;
+    assert_eq!((s.sent, s.retries), (1, 0), "{s:?}");
+    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
+    block_on(exporter.shutdown_with_timeout(Duration::from_secs(1))).ok();
+}
