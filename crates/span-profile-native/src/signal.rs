@@ -9,8 +9,8 @@
 //!    goes to the previous handler of that signal, if there was one.
 //! 3. Finds its slot from the value (index + generation) and checks that the slot is active,
 //!    of that generation, and owned by the calling thread (`gettid`).
-//! 4. For a wall signal, reads the thread's CPU clock (`clock_gettime`) to tell running from
-//!    waiting.
+//! 4. For a wall signal, takes the ticks it waited through (weight), and reads the thread's
+//!    CPU clock (`clock_gettime`) to tell running from waiting.
 //! 5. Unwinds by frame pointers from the interrupted context, reading only words inside
 //!    `[sp, stack top)` of this thread, straight into the ring entry.
 //! 6. Reads the thread's current span from the registry (`ActiveSpanRegistry::current`: a
@@ -36,6 +36,8 @@ use crate::table::{
 const SI_TIMER: c_int = -2;
 /// `si_code` of `sigqueue`/`rt_tgsigqueueinfo`.
 const SI_QUEUE: c_int = -1;
+/// Cap on the ticks one wall sample stands for (a thread with the signal masked for minutes).
+const MAX_OWED: u32 = 100_000;
 
 /// The head of `siginfo_t` on 64-bit Linux: for both `SI_TIMER` (`si_tid`, `si_overrun`,
 /// `si_value`) and `SI_QUEUE` (`si_pid`, `si_uid`, `si_value`) the value sits at offset 24.
@@ -150,12 +152,21 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
     }
     let wall = head.code == SI_QUEUE;
     let mut flags = F_ON_CPU;
-    let mut weight = 1u32;
+    let weight: u32;
     if wall {
+        // Ticks this signal waited through (the walker sends no other while it is pending):
+        // the sample stands for them too. The walker adds and we take with read-modify-writes
+        // of the one atomic, so each tick is counted by exactly one sample (a tick the walker
+        // adds just after our swap goes to the next one).
+        let owed = slot.wall_owed.swap(0, Ordering::Relaxed).min(MAX_OWED);
         slot.wall_pending.store(false, Ordering::Relaxed);
+        weight = 1 + owed;
         let cpu = thread_cpu_ns();
         let before = slot.last_wall_cpu.swap(cpu, Ordering::Relaxed);
-        let period = table.wall_period_ns.load(Ordering::Relaxed);
+        let period = table
+            .wall_period_ns
+            .load(Ordering::Relaxed)
+            .saturating_mul(u64::from(weight));
         let running = cpu.saturating_sub(before).saturating_mul(2) >= period;
         if running && table.cpu_period_ns.load(Ordering::Relaxed) > 0 {
             // The CPU timer already samples this thread while it runs.

@@ -96,6 +96,10 @@ pub(crate) struct Slot {
     pub(crate) has_timer: AtomicBool,
     /// A wall signal was sent and not yet handled: do not queue another.
     pub(crate) wall_pending: AtomicBool,
+    /// Ticks whose wall signal was not sent because the previous one was still pending (the
+    /// thread did not run: preempted, or the signal masked). The next wall sample stands for
+    /// them too (walker adds, handler takes).
+    pub(crate) wall_owed: AtomicU32,
     /// The thread's CPU clock at its last wall signal (handler-owned).
     pub(crate) last_wall_cpu: AtomicU64,
     /// Ring indices, wrapping: `head` is written by the handler only, `tail` by the walker.
@@ -118,6 +122,7 @@ impl Slot {
             timer: AtomicUsize::new(0),
             has_timer: AtomicBool::new(false),
             wall_pending: AtomicBool::new(false),
+            wall_owed: AtomicU32::new(0),
             last_wall_cpu: AtomicU64::new(0),
             head: AtomicU32::new(0),
             tail: AtomicU32::new(0),
@@ -282,6 +287,7 @@ impl Table {
     pub(crate) fn free(&self, slot: &Slot) {
         slot.has_timer.store(false, Ordering::Relaxed);
         slot.wall_pending.store(false, Ordering::Relaxed);
+        slot.wall_owed.store(0, Ordering::Relaxed);
         slot.head.store(0, Ordering::Relaxed);
         slot.tail.store(0, Ordering::Relaxed);
         slot.gen.store(

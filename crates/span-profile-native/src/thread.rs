@@ -187,6 +187,7 @@ pub fn register_current_thread() -> Result<ThreadGuard, RegisterError> {
     slot.head.store(0, Ordering::Relaxed);
     slot.tail.store(0, Ordering::Relaxed);
     slot.wall_pending.store(false, Ordering::Relaxed);
+    slot.wall_owed.store(0, Ordering::Relaxed);
     slot.last_wall_cpu
         .store(signal::thread_cpu_ns(), Ordering::Relaxed);
     slot.set_name(name);

@@ -271,7 +271,11 @@ impl StackWalker for NativeWalker {
             }
             if state == RETIRING {
                 t.free(slot);
-            } else if self.wall && !slot.wall_pending.swap(true, Ordering::Relaxed) {
+            } else if self.wall && slot.wall_pending.swap(true, Ordering::Relaxed) {
+                // The last wall signal is still pending: the thread has not run since (it
+                // waits for a CPU, or masks the signal). Its sample will count this tick too.
+                slot.wall_owed.fetch_add(1, Ordering::Relaxed);
+            } else if self.wall {
                 let gen = slot.gen.load(Ordering::Relaxed);
                 if !send_wall(
                     t.signal,
