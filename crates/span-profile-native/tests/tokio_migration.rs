@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use opentelemetry::context::FutureExt as _;
@@ -55,6 +55,9 @@ fn a_tasks_span_follows_it_across_workers() {
     let mut span_ids = HashMap::new();
     let mut handles = Vec::new();
     let mut wakers = Vec::new();
+    // Per task, how often each worker ran it: the run goes on until both tasks ran often on
+    // at least two workers (on a loaded machine tokio may keep a task on one worker a while).
+    let mut polled = Vec::new();
     for (name, f) in [("alpha", task_alpha as fn(Duration)), ("beta", task_beta)] {
         let span = tracer.start(format!("span-{name}"));
         let cx = Context::current_with_span(span);
@@ -65,10 +68,14 @@ fn a_tasks_span_follows_it_across_workers() {
         let notify = Arc::new(Notify::new());
         wakers.push(notify.clone());
         let stop = stop.clone();
+        let by_worker = Arc::new(Mutex::new(HashMap::<String, u32>::new()));
+        polled.push(by_worker.clone());
         handles.push(
             rt.spawn(
                 async move {
                     while !stop.load(Ordering::Relaxed) {
+                        let worker = std::thread::current().name().unwrap_or("").to_string();
+                        *by_worker.lock().unwrap().entry(worker).or_default() += 1;
                         f(Duration::from_millis(4));
                         notify.notified().await;
                     }
@@ -79,10 +86,16 @@ fn a_tasks_span_follows_it_across_workers() {
     }
     // Wake both from a thread outside the runtime: the woken task goes to the shared queue,
     // and whichever worker is free polls it.
-    // Stop on a sample count, not a time, so a loaded machine only makes it slower.
+    // Stop on counts, not a time, so a loaded machine only makes it slower.
     let end = Instant::now() + Duration::from_secs(30);
+    let moved_often = || {
+        polled.iter().all(|p| {
+            let p = p.lock().unwrap();
+            p.values().filter(|&&n| n >= 10).count() >= 2
+        })
+    };
     while handles.iter().any(|h| !h.is_finished()) {
-        if span_profile_native::stats().samples >= 120 || Instant::now() > end {
+        if (span_profile_native::stats().samples >= 120 && moved_often()) || Instant::now() > end {
             stop.store(true, Ordering::Relaxed);
         }
         for n in &wakers {
@@ -145,6 +158,13 @@ fn a_tasks_span_follows_it_across_workers() {
         assert!(r * 100 >= a * 99, "task_{name}: {r} of {a} carry its span");
     }
     let moved = workers.values().map(HashSet::len).max().unwrap_or(0);
-    assert!(moved >= 2, "no task ran on two workers: {workers:?}");
+    assert!(
+        moved >= 2,
+        "no task was sampled on two workers: {workers:?}; polls by worker {:?}",
+        polled
+            .iter()
+            .map(|p| p.lock().unwrap().clone())
+            .collect::<Vec<_>>()
+    );
     let _ = provider.shutdown();
 }
