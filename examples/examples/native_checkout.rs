@@ -8,9 +8,20 @@
 //! cargo run -p span-profile-cli -- top /tmp/native-store --slowest pricing.calculate
 //! ```
 //!
-//! Arguments: store directory (default `./native-store`), seconds to run (default 6).
+//! Arguments: store directory (default `./native-store`), seconds to run (default 6), and the
+//! profiler: `native` (default: span-profile with the native walker), `native-cpu` (the same
+//! with CPU-time samples only, no wall signals), `off` (none), `off-symbolized` (none, but this
+//! binary's debug info loaded once at start, as both profilers do) or `pprof`
+//! (pprof-rs 0.15 at 100 Hz with frame-pointer unwinding, its report built at the end). The
+//! last line printed, `result: mode=... orders=... cpu_s=... wall_s=... work_cpu_s=...
+//! work_wall_s=...` (the whole process, then the serving phase alone, without the profilers'
+//! setup and final report), is for side-by-side runs: the same tokio service and OpenTelemetry
+//! spans in every mode; only `native` installs span-profile's span processor and context
+//! observer.
 
 use std::time::{Duration, Instant};
+
+use anyhow::bail;
 
 use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::{TraceContextExt, Tracer};
@@ -69,23 +80,64 @@ fn main() -> anyhow::Result<()> {
     let dir = args.next().unwrap_or_else(|| "native-store".into());
     let secs: u64 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(6);
 
-    let profiler = NativeWalker::builder()
-        .install_in(
-            Profiler::builder()
-                .with_service("native-checkout")
-                .with_window(Duration::from_secs(2)),
-        )?
-        .with_exporter(FileStore::new(&dir))
-        .start()?;
-    let provider = SdkTracerProvider::builder()
-        .with_span_processor(otel::install(&profiler))
-        .build();
+    let mode = args.next().unwrap_or_else(|| "native".into());
+    if !matches!(
+        mode.as_str(),
+        "native" | "native-cpu" | "off" | "off-symbolized" | "pprof"
+    ) {
+        bail!("profiler must be native, native-cpu, off, off-symbolized or pprof, not {mode:?}");
+    }
+    if mode == "off-symbolized" {
+        // The control for the profilers' one-off symbolizer warm-up: load this binary's debug
+        // info (std's own symbolizer) and nothing else.
+        let symbolized = std::backtrace::Backtrace::force_capture().to_string();
+        std::hint::black_box(symbolized);
+    }
+    let native = mode.starts_with("native");
+    let cpu0 = process_cpu_s();
+    let wall0 = Instant::now();
+
+    let profiler = if native {
+        Some(
+            NativeWalker::builder()
+                .with_wall(mode != "native-cpu")
+                .install_in(
+                    Profiler::builder()
+                        .with_service("native-checkout")
+                        .with_window(Duration::from_secs(2)),
+                )?
+                .with_exporter(FileStore::new(&dir))
+                .start()?,
+        )
+    } else {
+        None
+    };
+    let pprof = if mode == "pprof" {
+        Some(
+            pprof::ProfilerGuardBuilder::default()
+                .frequency(100)
+                .blocklist(&["libc", "libgcc", "pthread", "vdso"])
+                .build()?,
+        )
+    } else {
+        None
+    };
+    let provider = match &profiler {
+        Some(p) => SdkTracerProvider::builder()
+            .with_span_processor(otel::install(p))
+            .build(),
+        None => SdkTracerProvider::builder().build(),
+    };
     opentelemetry::global::set_tracer_provider(provider.clone());
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .on_thread_start(span_profile_native::on_thread_start)
+        .on_thread_start(move || {
+            if native {
+                span_profile_native::on_thread_start();
+            }
+        })
         .on_thread_stop(span_profile_native::on_thread_stop)
         .build()?;
     let promo_dates: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
@@ -93,6 +145,8 @@ fn main() -> anyhow::Result<()> {
             .map(|i| format!("2026-{:02}-{:02}", i % 12 + 1, i % 28 + 1))
             .collect(),
     );
+    // The serving phase alone, without the profilers' setup and final report.
+    let (work_cpu0, work_wall0) = (process_cpu_s(), Instant::now());
     let orders = rt.block_on(async {
         let tracer = opentelemetry::global::tracer("checkout");
         let end = Instant::now() + Duration::from_secs(secs);
@@ -123,14 +177,79 @@ fn main() -> anyhow::Result<()> {
         }
         anyhow::Ok(order)
     })?;
+    let (work_cpu, work_wall) = (
+        process_cpu_s() - work_cpu0,
+        work_wall0.elapsed().as_secs_f64(),
+    );
+    let by_thread = thread_cpu_s();
     drop(rt);
     let _ = provider.shutdown();
-    let stats = profiler.shutdown_with_timeout(Duration::from_secs(10))?;
-    eprintln!(
-        "{orders} orders; {} samples in {} windows; native: {:?}\nquery: cargo run -p span-profile-cli -- top {dir} --slowest pricing.calculate",
-        stats.samples,
-        stats.windows,
-        span_profile_native::stats()
+    if let Some(p) = profiler {
+        let stats = p.shutdown_with_timeout(Duration::from_secs(10))?;
+        eprintln!(
+            "{orders} orders; {} samples in {} windows; native: {:?}\nquery: cargo run -p span-profile-cli -- top {dir} --slowest pricing.calculate",
+            stats.samples,
+            stats.windows,
+            span_profile_native::stats()
+        );
+    }
+    if let Some(g) = pprof {
+        // Symbolizing is part of pprof-rs's cost, as the window close is part of ours.
+        let report = g.report().build()?;
+        eprintln!(
+            "{orders} orders; pprof-rs: {} samples in {} distinct stacks",
+            report.data.values().sum::<isize>(),
+            report.data.len()
+        );
+    }
+    // Where the CPU went, by thread name (the profiler's own threads are span-profile-*).
+    eprintln!("threads (CPU s since start): {by_thread}");
+    println!(
+        "result: mode={mode} orders={orders} cpu_s={:.3} wall_s={:.3} work_cpu_s={work_cpu:.3} \
+         work_wall_s={work_wall:.3}",
+        process_cpu_s() - cpu0,
+        wall0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// CPU time of the whole process so far (all its threads, user + system), in seconds, from
+/// `/proc/self/stat` (in USER_HZ = 100 ticks: 10 ms resolution).
+fn process_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the `(comm)`, which may contain spaces: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum::<u64>() as f64 / 100.0
+}
+
+/// CPU seconds of the live threads so far, summed by thread name (`/proc/self/task/*/stat`).
+fn thread_cpu_s() -> String {
+    let mut by: std::collections::BTreeMap<String, f64> = Default::default();
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ticks: u64 = stat[close + 1..]
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum();
+        *by.entry(stat[open + 1..close].to_string()).or_default() += ticks as f64 / 100.0;
+    }
+    by.iter()
+        .map(|(name, s)| format!("{name}={s:.2}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
