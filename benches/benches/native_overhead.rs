@@ -3,20 +3,26 @@
 //!
 //! ```text
 //! RUSTFLAGS="-C force-frame-pointers=yes" CARGO_TARGET_DIR=target/fp \
-//!   cargo bench -p span-profile-benches --bench native_overhead -- [secs] [rounds]
+//!   cargo bench -p span-profile-benches --bench native_overhead -- [secs] [rounds] [parts]
 //! ```
 //!
-//! 1. Agent CPU at 100 Hz: the profiler's own threads (sampler + export, from
-//!    `ProfilerStats`) and the handler time in the sampled threads (samples × the per-sample
-//!    cost of the `native_sample` bench), with 8 busy threads and with 64 threads that each
-//!    work 1 ms in 10.
+//! 1. Agent CPU at 100 Hz, in two workloads, each run `rounds` times alternating no profiler
+//!    (A) and span-profile with the native walker (B): 8 threads always busy; 64 threads
+//!    parked 12 frames deep (as the Python `idle64` variant); 64 threads that each do 3 units
+//!    of work then sleep 10 ms (under one core in all, waking every tick). The
+//!    agent's CPU in a B run is the process CPU beyond what its work costs at the neighbouring
+//!    A run's units per CPU-second: sampler and export threads, the handler and the kernel's
+//!    signal delivery in the sampled threads, the span hooks. The sampler and export threads'
+//!    own share is printed too (from `ProfilerStats`).
 //! 2. Side by side with pprof-rs 0.15 (frame-pointer unwinding, 100 Hz, SIGPROF) on the same
 //!    workload: 4 threads doing fixed units of work (date parsing, as in the checkout demo);
 //!    work done per CPU-second of the process, runs alternating off / native / pprof, medians.
-//!    `cargo bench` passes `--bench`; without `secs` each run is 1 s (a smoke test).
+//!    The example `native_checkout` has the same three modes for a run on the demo itself.
+//!    `cargo bench` passes `--bench`; without `secs` each run is 1 s (a smoke test). `parts`
+//!    picks some of `busy8,idle64,wake64,pprof` (default all).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use span_profile_core::Profiler;
@@ -53,10 +59,35 @@ fn process_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Runs `threads` workers for `secs`; each works `busy` of every 10 ms (10 = always).
-/// Returns units done.
-fn workload(threads: usize, secs: f64, busy_ms: u64, register: bool) -> u64 {
+/// How each worker thread works.
+#[derive(Clone, Copy)]
+enum Pace {
+    /// Always busy.
+    Busy,
+    /// This many units, then 10 ms asleep, over and over.
+    Units(u64),
+    /// Parked on a condition variable 12 frames deep until the run ends (no work).
+    Parked,
+}
+
+/// Parks 12 frames deep until `stop` is set.
+#[inline(never)]
+fn park_deep(depth: u32, stop: &(Mutex<bool>, Condvar)) {
+    if depth > 0 {
+        park_deep(depth - 1, stop);
+        std::hint::black_box(depth);
+        return;
+    }
+    let mut done = stop.0.lock().unwrap_or_else(PoisonError::into_inner);
+    while !*done {
+        done = stop.1.wait(done).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// Runs `threads` workers for `secs`; returns units done.
+fn workload(threads: usize, secs: f64, pace: Pace, register: bool) -> u64 {
     let stop = Arc::new(AtomicBool::new(false));
+    let parked = Arc::new((Mutex::new(false), Condvar::new()));
     let done = Arc::new(AtomicU64::new(0));
     let dates: Arc<Vec<String>> = Arc::new(
         (0..200)
@@ -66,16 +97,23 @@ fn workload(threads: usize, secs: f64, busy_ms: u64, register: bool) -> u64 {
     let hs: Vec<_> = (0..threads)
         .map(|_| {
             let (stop, done, dates) = (stop.clone(), done.clone(), dates.clone());
+            let parked = parked.clone();
             std::thread::spawn(move || {
                 let _g = register.then(span_profile_native::register_current_thread);
                 while !stop.load(Ordering::Relaxed) {
-                    let t0 = Instant::now();
-                    while t0.elapsed() < Duration::from_millis(busy_ms.min(10)) {
-                        std::hint::black_box(unit(&dates));
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if busy_ms < 10 {
-                        std::thread::sleep(Duration::from_millis(10 - busy_ms));
+                    match pace {
+                        Pace::Parked => park_deep(12, &parked),
+                        Pace::Busy => {
+                            std::hint::black_box(unit(&dates));
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Pace::Units(n) => {
+                            for _ in 0..n {
+                                std::hint::black_box(unit(&dates));
+                            }
+                            done.fetch_add(n, Ordering::Relaxed);
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
                     }
                 }
             })
@@ -83,6 +121,8 @@ fn workload(threads: usize, secs: f64, busy_ms: u64, register: bool) -> u64 {
         .collect();
     std::thread::sleep(Duration::from_secs_f64(secs));
     stop.store(true, Ordering::Relaxed);
+    *parked.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    parked.1.notify_all();
     for h in hs {
         let _ = h.join();
     }
@@ -102,33 +142,83 @@ fn native_profiler() -> Profiler {
         .expect("profiler")
 }
 
-fn agent_cpu(label: &str, threads: usize, busy_ms: u64, secs: f64) {
-    let before = span_profile_native::stats().samples;
-    let p = native_profiler();
+/// One run of a workload, with or without the native profiler.
+struct Run {
+    units: f64,
+    cpu_s: f64,
+    wall_s: f64,
+    /// Sampler + export threads' CPU (native runs only).
+    agent_threads_s: f64,
+    samples: u64,
+    ticks: u64,
+}
+
+fn run(threads: usize, pace: Pace, secs: f64, native: bool) -> Run {
+    let samples0 = span_profile_native::stats().samples;
+    let cpu0 = process_cpu_ns();
     let t0 = Instant::now();
-    workload(threads, secs, busy_ms, true);
-    let stats = p
-        .shutdown_with_timeout(Duration::from_secs(10))
-        .expect("shutdown");
-    let wall = t0.elapsed().as_secs_f64();
-    let samples = span_profile_native::stats().samples - before;
+    let p = native.then(native_profiler);
+    let units = workload(threads, secs, pace, native);
+    let stats = p.map(|p| {
+        p.shutdown_with_timeout(Duration::from_secs(10))
+            .expect("shutdown")
+    });
+    let wall_s = t0.elapsed().as_secs_f64();
+    let cpu_s = (process_cpu_ns() - cpu0) as f64 / 1e9;
     if std::env::var_os("NATIVE_DEBUG").is_some() {
-        eprintln!("{label}: {stats:?}\n{:?}", span_profile_native::stats());
+        eprintln!("{stats:?}\n{:?}", span_profile_native::stats());
     }
-    if stats.ticks > 0 {
-        println!(
-            "  ({} sampler ticks = {:.0}/s of the 100/s asked)",
-            stats.ticks,
-            stats.ticks as f64 / wall
-        );
+    Run {
+        units: units as f64,
+        cpu_s,
+        wall_s,
+        agent_threads_s: stats
+            .as_ref()
+            .map_or(0.0, |s| (s.sampler_cpu_ns + s.exporter_cpu_ns) as f64 / 1e9),
+        samples: span_profile_native::stats().samples - samples0,
+        ticks: stats.map_or(0, |s| s.ticks),
     }
-    let agent = (stats.sampler_cpu_ns + stats.exporter_cpu_ns) as f64 / 1e9;
+}
+
+/// Alternates no profiler (A) and the native profiler (B) `rounds` times and prints medians.
+fn agent_cpu(label: &str, threads: usize, pace: Pace, secs: f64, rounds: usize) {
+    let (mut agent, mut threads_share, mut eff_a, mut eff_b, mut cpu_a, mut cpu_b) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut rate, mut tick_rate) = (vec![], vec![]);
+    for _ in 0..rounds {
+        let a = run(threads, pace, secs, false);
+        let b = run(threads, pace, secs, true);
+        let ea = a.units / a.cpu_s;
+        // CPU beyond what B's work costs at A's efficiency (without work: beyond A's CPU per
+        // second), per wall-second, in % of a core.
+        let expected = if a.units > 0.0 {
+            b.units / ea
+        } else {
+            a.cpu_s * b.wall_s / a.wall_s
+        };
+        agent.push(100.0 * (b.cpu_s - expected) / b.wall_s);
+        threads_share.push(100.0 * b.agent_threads_s / b.wall_s);
+        eff_a.push(ea);
+        eff_b.push(b.units / b.cpu_s);
+        cpu_a.push(100.0 * a.cpu_s / a.wall_s);
+        cpu_b.push(100.0 * b.cpu_s / b.wall_s);
+        rate.push(b.samples as f64 / b.wall_s);
+        tick_rate.push(b.ticks as f64 / b.wall_s);
+    }
     println!(
-        "agent CPU {label}: sampler+export {:.2}% of a core; {} samples ({:.0}/s) taken by the \
-         handler in the sampled threads",
-        100.0 * agent / wall,
-        samples,
-        samples as f64 / wall
+        "agent CPU, {label} ({rounds} x A B of {secs} s): runs {agent:.2?} % of a core\n  \
+         median {:.2}% of a core (sampler+export threads {:.2}%); units per CPU-s A {:.0} \
+         B {:.0} (B/A {:.4}); process CPU A {:.1}% B {:.1}% of a core; {:.0} samples/s, \
+         {:.0} ticks/s",
+        median(agent.clone()),
+        median(threads_share),
+        median(eff_a.clone()),
+        median(eff_b.clone()),
+        median(eff_b) / median(eff_a),
+        median(cpu_a),
+        median(cpu_b),
+        median(rate),
+        median(tick_rate),
     );
 }
 
@@ -150,7 +240,7 @@ fn efficiency(mode: Mode, secs: f64) -> f64 {
             .expect("pprof")
     });
     let cpu0 = process_cpu_ns();
-    let units = workload(4, secs, 10, mode == Mode::Native);
+    let units = workload(4, secs, Pace::Busy, mode == Mode::Native);
     // Each profiler's report/symbolization work is part of its cost.
     if let Some(g) = pprof {
         let _ = std::hint::black_box(g.report().build());
@@ -174,15 +264,27 @@ fn main() {
         .collect();
     let secs: f64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(1.0);
     let rounds: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1);
+    // Which parts to run (default all): busy8, idle64, wake64, pprof.
+    let parts = args
+        .get(2)
+        .map_or("busy8,idle64,wake64,pprof", String::as_str);
+    let part = |p: &str| parts.split(',').any(|x| x == p);
     // Symbolization of first-seen frames is a one-off cost: pay it before measuring.
-    agent_cpu(
-        "warm-up (symbolizes first-seen frames; not a figure)",
-        8,
-        10,
-        secs.min(2.0),
-    );
-    agent_cpu("8 busy threads", 8, 10, secs);
-    agent_cpu("64 threads (1 ms work in 10)", 64, 1, secs);
+    let _warm = run(8, Pace::Busy, secs.min(1.0), true);
+    if part("busy8") {
+        agent_cpu("8 busy threads", 8, Pace::Busy, secs, rounds);
+    }
+    if part("idle64") {
+        let label = "64 threads parked 12 frames deep";
+        agent_cpu(label, 64, Pace::Parked, secs, rounds);
+    }
+    if part("wake64") {
+        let label = "64 threads (3 units, then 10 ms asleep)";
+        agent_cpu(label, 64, Pace::Units(3), secs, rounds);
+    }
+    if !part("pprof") {
+        return;
+    }
     let (mut off, mut nat, mut pp) = (vec![], vec![], vec![]);
     for _ in 0..rounds {
         off.push(efficiency(Mode::Off, secs));
