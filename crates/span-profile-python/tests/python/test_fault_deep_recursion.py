@@ -52,8 +52,13 @@ def test_a_stack_deeper_than_the_cap_is_cut_and_marked(agent):
     for s in deep:
         assert s.functions[-1] == TRUNCATED, s.functions[-3:]
         assert len(s.frames) == MAX_DEPTH + 1, len(s.frames)
-        assert s.functions[:2] == ["busy", "deep_leaf"]
-        assert set(s.functions[2:-1]) == {"recurse"}
+        # The innermost frames are the ones kept: `busy` under `deep_leaf`, or `deep_leaf`
+        # itself in the instant it calls `busy` or returns (a rare sample, seen in CI and at
+        # load 5-10 here, with the walker of before and after this session alike).
+        assert s.functions[:2] in (["busy", "deep_leaf"], ["deep_leaf", "recurse"]), s.functions[:3]
+        assert set(s.functions[s.functions.index("deep_leaf") + 1:-1]) == {"recurse"}
+    in_busy = sum(s.count for s in deep if s.functions[0] == "busy")
+    assert in_busy >= 0.9 * sum(s.count for s in deep), deep
     assert sum(p.meta["stats"]["truncated_stacks"] for p in profiles) >= len(deep)
     assert during["walker_truncated"] >= len(deep)
     # The deep thread keeps calling while it is walked, so a rare torn read (a frame popped
