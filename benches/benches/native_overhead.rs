@@ -17,7 +17,7 @@
 //! 2. Side by side with pprof-rs 0.15 (frame-pointer unwinding, 100 Hz, SIGPROF) on the same
 //!    workload: 4 threads doing fixed units of work (date parsing, as in the checkout demo);
 //!    work done per CPU-second of the process, runs alternating off / native / pprof, medians.
-//!    The example `native_checkout` has the same three modes for a run on the demo itself.
+//!    For the same comparison on the demo itself: `benches/overhead/native_checkout.py`.
 //!    `cargo bench` passes `--bench`; without `secs` each run is 1 s (a smoke test). `parts`
 //!    picks some of `busy8,idle64,wake64,pprof` (default all).
 

@@ -15,9 +15,9 @@
 //! (pprof-rs 0.15 at 100 Hz with frame-pointer unwinding, its report built at the end). The
 //! last line printed, `result: mode=... orders=... cpu_s=... wall_s=... work_cpu_s=...
 //! work_wall_s=...` (the whole process, then the serving phase alone, without the profilers'
-//! setup and final report), is for side-by-side runs: the same tokio service and OpenTelemetry
-//! spans in every mode; only `native` installs span-profile's span processor and context
-//! observer.
+//! setup and final report), is for side-by-side runs (`benches/overhead/native_checkout.py`):
+//! the same tokio service and OpenTelemetry spans in every mode; only `native` installs
+//! span-profile's span processor and context observer.
 
 use std::time::{Duration, Instant};
 
