@@ -34,7 +34,9 @@ fn roll_ups_answer_as_the_windows_did() {
     record_checkout_in_windows(dir.path(), "1.0", Duration::from_millis(100));
     let d = s(dir.path());
     let raw = count_files(dir.path());
-    assert!(raw >= 8, "{raw} windows");
+    // About 12 windows of 100 ms; fewer on a loaded machine, where a late tick closes one
+    // longer window (7 seen in CI). Four are plenty to roll up.
+    assert!(raw >= 4, "{raw} windows");
     assert_one_summary_per_window(dir.path());
     let before = answers(d);
 
