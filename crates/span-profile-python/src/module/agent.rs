@@ -20,7 +20,7 @@ use super::context::{slot_layout, ContextHook, HookCounters, PyActiveSpan, TaskT
 use super::settings;
 use super::span_hooks::{field, hex16, route_of, set_profile_id, span_context, text};
 use super::walker::{self, WalkerHandles};
-use crate::walker::{ContextTarget, HamtTypes, ProcessVmReader, SlotData, SlotVar};
+use crate::walker::{ContextTarget, HamtTypes, ProcessVmReader, ReadMode, SlotData, SlotVar};
 use span_profile_core::labels::LabelValues;
 use span_profile_core::{ActiveSpan, SpanContext};
 
@@ -258,10 +258,15 @@ impl NativeAgent {
             settings::resource(service, version, environment, instance, forked);
         let service = resource.service.clone();
         let instance = resource.instance.clone();
+        let read_mode = match std::env::var("SPAN_PROFILE_MEMORY_READS") {
+            Ok(v) => ReadMode::parse(&v).map_err(PyValueError::new_err)?,
+            Err(_) => ReadMode::Guarded,
+        };
         let (walker, walker_handles, walker_kind) = walker::build(
             python_version.0,
             python_version.1,
             context_target(py, slot_var, task_var)?,
+            read_mode,
         );
         let registry = Arc::new(ActiveSpanRegistry::default());
         let spans = Arc::new(SpanTable::default());
@@ -536,6 +541,8 @@ impl NativeAgent {
             d.set_item("walker_skipped_threads", w.skipped_threads)?;
             d.set_item("walker_invalid_reads", w.invalid_reads)?;
             d.set_item("walker_code_cache_full", w.code_cache_full)?;
+            d.set_item("walker_ticks", w.ticks)?;
+            d.set_item("walker_direct_ticks", w.direct_ticks)?;
         }
         if let Some(c) = &self.walker_handles.context {
             let c = c.snapshot();

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::walker::{
-    ContextCounters, ContextTarget, PythonVersion, PythonWalker, TaskNames, ThreadRegistry,
-    WalkerConfig, WalkerCounters,
+    ContextCounters, ContextTarget, PythonVersion, PythonWalker, ReadMode, TaskNames,
+    ThreadRegistry, WalkerConfig, WalkerCounters,
 };
 
 use super::standin::{Boxed, NoSamples};
@@ -23,14 +23,15 @@ pub(crate) struct WalkerHandles {
 
 /// The walker for `major.minor`, its handles, and a description for `stats()` (`"cpython 3.12"`
 /// or `"none: <why>"`). With `context`, samples take their span and task name from the
-/// context running on each thread.
+/// context running on each thread. `reads` says how interpreter memory is copied.
 pub(crate) fn build(
     major: u8,
     minor: u8,
     context: Option<ContextTarget>,
+    reads: ReadMode,
 ) -> (Boxed, WalkerHandles, String) {
     let version = PythonVersion::new(major, minor);
-    match PythonWalker::for_current_process(version, WalkerConfig::default()) {
+    match PythonWalker::for_current_process_with(version, WalkerConfig::default(), reads) {
         Ok(mut w) => {
             let with_context = context.is_some();
             if let Some(target) = context {

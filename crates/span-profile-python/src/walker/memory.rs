@@ -1,5 +1,6 @@
-//! Reading interpreter memory: the [`MemoryReader`] trait, the `process_vm_readv` reader used in
-//! production, and a sparse fake used by tests.
+//! Reading interpreter memory: the [`MemoryReader`] trait, the `process_vm_readv` reader (the
+//! fallback of the in-process `GuardedReader`, and the reader of other processes), and a sparse
+//! fake used by tests.
 //!
 //! Every read copies into a caller-owned buffer; nothing here hands out references into foreign
 //! memory, so a torn or freed object can only produce wrong bytes (which the walker validates),
@@ -75,16 +76,34 @@ pub trait MemoryReader {
     /// `out.len() / len` or `ok.len()` are not read. Readers that can batch (one syscall for
     /// many) override this.
     fn read_scatter(&self, addrs: &[u64], len: usize, out: &mut [u8], ok: &mut [bool]) {
-        if len == 0 {
-            return;
-        }
-        for ((&a, slot), flag) in addrs
-            .iter()
-            .zip(out.chunks_exact_mut(len))
-            .zip(ok.iter_mut())
-        {
-            *flag = self.read(a, slot).is_ok();
-        }
+        scatter_one_by_one(self, addrs, len, out, ok);
+    }
+
+    /// Called by the walker before each tick's reads; a reader that decides once per tick how
+    /// to read (see `GuardedReader`) decides here. Returns true if this tick's reads are
+    /// in-process copies rather than system calls (false by default).
+    fn begin_tick(&self) -> bool {
+        false
+    }
+}
+
+/// [`MemoryReader::read_scatter`] as one `read` per address (for readers with nothing to batch).
+pub(crate) fn scatter_one_by_one<R: MemoryReader + ?Sized>(
+    reader: &R,
+    addrs: &[u64],
+    len: usize,
+    out: &mut [u8],
+    ok: &mut [bool],
+) {
+    if len == 0 {
+        return;
+    }
+    for ((&a, slot), flag) in addrs
+        .iter()
+        .zip(out.chunks_exact_mut(len))
+        .zip(ok.iter_mut())
+    {
+        *flag = reader.read(a, slot).is_ok();
     }
 }
 
@@ -103,6 +122,9 @@ impl<R: MemoryReader + ?Sized> MemoryReader for &R {
     }
     fn read_scatter(&self, addrs: &[u64], len: usize, out: &mut [u8], ok: &mut [bool]) {
         (**self).read_scatter(addrs, len, out, ok)
+    }
+    fn begin_tick(&self) -> bool {
+        (**self).begin_tick()
     }
 }
 

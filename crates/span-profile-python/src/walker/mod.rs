@@ -1,8 +1,10 @@
 //! The CPython stack walker: samples every Python thread's stack without the GIL by copying
-//! interpreter memory with `process_vm_readv` (as py-spy and echion do).
+//! interpreter memory: in-process under a fault guard, or with `process_vm_readv` (as py-spy
+//! and echion do).
 //!
-//! - [`MemoryReader`]: how memory is read; [`ProcessVmReader`] in production, [`FakeMemory`] in
-//!   tests and fuzzing.
+//! - [`MemoryReader`]: how memory is read; [`GuardedReader`] in production (guarded copies,
+//!   `process_vm_readv` when the guard is not in place, ADR 0009), [`ProcessVmReader`] for
+//!   other processes, [`FakeMemory`] in tests and fuzzing.
 //! - [`PythonWalker`]: implements [`span_profile_core::StackWalker`] for CPython 3.9–3.13 (GIL
 //!   builds, x86_64 Linux). Build it in-process with [`PythonWalker::for_current_process`], or
 //!   from a [`Target`] (the `_PyRuntime` address and type-object addresses) and any reader.
@@ -11,24 +13,24 @@
 //!
 //! # Sampling-path contract
 //!
-//! Per tick the walker copies every thread state (a uniform random subset of at most 256 is
-//! walked when there are more, with weights scaled so totals stay unbiased). A thread whose CPU
-//! clock has not moved since its stack was last copied has not run, so its previous stack is
-//! reported again (off CPU) without reading frames. Otherwise, on 3.11+, the live part of the
-//! thread's data-stack chunk is copied in one read and the frames in it are walked from that
-//! copy; frames outside it (generators, coroutines, C-stack shims, 3.9/3.10 frame objects) are
-//! read one by one, except that the ones the thread's previous walk had to read are prefetched
-//! together in one batched read. The headers of the stack's code objects are then read in one
-//! batched `process_vm_readv`; a header that matched the cache within the last 32 ticks is not
-//! read again (a running frame keeps its code object alive). A code object seen for the first time has its names and line table
-//! copied into the walker's cache (the only allocations, with the per-thread stack buffers:
-//! warm-up); afterwards a frame costs a line-table lookup in local memory. Threads (256),
-//! frames (128), interpreters (16), string lengths (1024 characters), line tables (256 KiB)
-//! and the data-stack copy (64 KiB) are capped. Every failed read or failed validation becomes
+//! Per tick the walker copies every thread state (a uniform random subset of at most 256 is walked
+//! when there are more, with weights scaled so totals stay unbiased). A thread whose CPU clock has
+//! not moved since its stack was last copied has not run, so its previous stack is reported again
+//! (off CPU) without reading frames. Otherwise, on 3.11+, the live part of the thread's data-stack
+//! chunk is copied in one read and the frames in it are walked from that copy; frames outside it
+//! (generators, coroutines, C-stack shims, 3.9/3.10 frame objects) are read one by one, except that
+//! the ones the thread's previous walk had to read are prefetched together in one batched read. The
+//! headers of the stack's code objects are then read in one batched read; a header that matched the
+//! cache within the last 32 ticks is not read again (a running frame keeps its code object alive).
+//! A code object seen for the first time has its names and line table copied into the walker's
+//! cache (the only allocations, with the per-thread stack buffers: warm-up); afterwards a frame
+//! costs a line-table lookup in local memory. Threads (256), frames (128), interpreters (16),
+//! string lengths (1024 characters), line tables (256 KiB) and the data-stack copy (64 KiB) are
+//! capped. Every failed read or failed validation becomes
 //! [`span_profile_core::WalkError::InvalidRead`] and a counter, never a panic.
 //!
-//! A [`ProcessVmReader`] is bound to the pid it was created in: after `fork`, the child must
-//! build a new walker (its sampler thread has to be restarted anyway).
+//! A [`ProcessVmReader`] (and so a [`GuardedReader`]) is bound to the pid it was created in: after
+//! `fork`, the child must build a new walker (its sampler thread has to be restarted anyway).
 //!
 //! ```no_run
 //! use span_profile::walker::{PythonVersion, PythonWalker, WalkerConfig};
@@ -47,6 +49,7 @@
 
 mod code;
 mod context;
+mod guarded;
 mod layout;
 mod linetable;
 mod memory;
@@ -65,6 +68,7 @@ pub use context::{
     HamtTypes, SlotData, SlotVar, TaskNames, MAX_TASK_NAMES, OTHER_TASK, SLOT_SIZE, SPAN_MAGIC,
     TASK_MAGIC,
 };
+pub use guarded::{GuardedReader, ReadMode};
 pub use layout::{LayoutError, PythonVersion};
 pub use memory::{FakeMemory, MemoryReader, ProcessVmReader, ReadError, ReadExt, MAX_READ};
 pub use objects::TypeAddresses;

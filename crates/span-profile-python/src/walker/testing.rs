@@ -9,6 +9,26 @@ use super::memory::FakeMemory;
 use super::objects::TypeAddresses;
 use super::walk::Target;
 
+/// A page of this process that no read may touch: an anonymous `PROT_NONE` mapping, reserved
+/// and leaked, so tests running in parallel cannot map something else there (as they could
+/// over an unmapped page). Reads of it fault, whichever reader does them.
+pub fn forbidden_page() -> u64 {
+    // SAFETY: (1) An anonymous private mapping of one page with no address hint; the result is
+    // checked. It is never dereferenced by Rust code.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap of one PROT_NONE page");
+    p as u64
+}
+
 /// Fake type-object addresses used by images (never mapped; only compared).
 pub const FAKE_TYPES: TypeAddresses = TypeAddresses {
     code: 0xc0de_0000,

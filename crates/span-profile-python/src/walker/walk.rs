@@ -10,6 +10,7 @@ use span_profile_core::{
 
 use super::code::{CodeCache, CopyLimits, Resolved, UNKNOWN_CODE_ID};
 use super::context::ContextReader;
+use super::guarded::{GuardedReader, ReadMode};
 use super::layout::{
     check_debug_offsets, FrameKind, Layout, LayoutError, PythonVersion, CONTEXT_VARS,
 };
@@ -197,6 +198,7 @@ pub struct WalkerCounters {
     reused_stacks: AtomicU64,
     stack_copies: AtomicU64,
     frame_reads: AtomicU64,
+    direct_ticks: AtomicU64,
 }
 
 /// A snapshot of [`WalkerCounters`].
@@ -235,6 +237,9 @@ pub struct WalkerStats {
     /// Frames read one by one (3.9/3.10 frame objects; on 3.11+ frames outside the copied data
     /// stack: generators, coroutines, C-stack shims).
     pub frame_reads: u64,
+    /// Ticks whose reads were guarded in-process copies; the other ticks read through
+    /// `process_vm_readv` (by choice, or because another fault handler replaced ours).
+    pub direct_ticks: u64,
 }
 
 impl WalkerCounters {
@@ -257,6 +262,7 @@ impl WalkerCounters {
             reused_stacks: g(&self.reused_stacks),
             stack_copies: g(&self.stack_copies),
             frame_reads: g(&self.frame_reads),
+            direct_ticks: g(&self.direct_ticks),
         }
     }
 }
@@ -393,20 +399,37 @@ pub struct PythonWalker<R> {
     tick: u64,
 }
 
-impl PythonWalker<ProcessVmReader> {
+impl PythonWalker<GuardedReader> {
     /// A walker of the interpreter this process runs (the PyO3 module calls this with
-    /// `sys.version_info[:2]`). Probes `process_vm_readv` and, on 3.13, `_Py_DebugOffsets`.
+    /// `sys.version_info[:2]`), reading with guarded in-process copies
+    /// ([`ReadMode::Guarded`]). Probes `process_vm_readv` (the fallback) and, on 3.13,
+    /// `_Py_DebugOffsets`.
     pub fn for_current_process(
         version: PythonVersion,
         config: WalkerConfig,
     ) -> Result<Self, SetupError> {
-        let reader = ProcessVmReader::new()?;
+        Self::for_current_process_with(version, config, ReadMode::Guarded)
+    }
+
+    /// [`PythonWalker::for_current_process`] with an explicit way of reading memory.
+    pub fn for_current_process_with(
+        version: PythonVersion,
+        config: WalkerConfig,
+        mode: ReadMode,
+    ) -> Result<Self, SetupError> {
+        let reader = GuardedReader::new(mode)?;
         let target = Target::current_process(version)?;
         Self::new(
             reader,
             target,
             config.with_cpu_time(CpuTimeSource::ThreadClock),
         )
+    }
+
+    /// Whether this tick's reads are guarded in-process copies (false: `process_vm_readv`,
+    /// because the mode says so or another fault handler replaced ours).
+    pub fn reads_directly(&self) -> bool {
+        self.reader.is_direct()
     }
 }
 
@@ -1094,6 +1117,9 @@ impl<R: MemoryReader> PythonWalker<R> {
 impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
     fn walk(&mut self, sink: &mut dyn StackSink) {
         bump(&self.counters.ticks, 1);
+        if self.reader.begin_tick() {
+            bump(&self.counters.direct_ticks, 1);
+        }
         self.tick = self.tick.wrapping_add(1);
         self.cache.tick = self.tick;
         self.walk_all(sink);
