@@ -1,6 +1,7 @@
 //! A Rust service using opentelemetry_sdk gets span-labelled samples with no code per span:
 //! the processor records span metadata and the context observer publishes the current span.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer, TracerProvider as _};
@@ -9,8 +10,19 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData
 use span_profile_core::{otel, ExecutionKey, Profiler, SpanScope};
 use span_profile_test::{FakeWalker, InMemoryExporter};
 
+/// `otel::install` points the process-wide context observer at one profiler, the last one
+/// installed: the tests of this file take turns, or one would steal the other's spans.
+static ONE_PROFILER_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn take_turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_PROFILER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
 #[test]
 fn nested_spans_route_local_root_and_profile_id_attribute() {
+    let _turn = take_turn();
     let key = ExecutionKey::thread(otel::thread_key());
     let exporter = InMemoryExporter::default();
     let profiler = Profiler::builder()
@@ -110,6 +122,7 @@ fn profile_id(spans: &[SpanData], name: &str) -> Option<String> {
 /// With every span's samples kept under its own id (`SpanScope::All`), every span links.
 #[test]
 fn with_all_spans_scope_every_span_carries_its_own_profile_id() {
+    let _turn = take_turn();
     let profiler = Profiler::builder()
         .with_walker(FakeWalker::threads(1, 2))
         .with_exporter(InMemoryExporter::default())
