@@ -1,14 +1,14 @@
 //! The window aggregator: stamped samples in, one [`Profile`] per window out.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::labels::{LabelId, LabelValues};
 use crate::mixhash::MixBuild as FxBuild;
 use crate::spans::WindowSpans;
 use crate::{
-    Frame, FrameIndex, Profile, ProfileSample, RawFrame, RawSample, Resource, SpanContext, Stack,
-    WindowStats,
+    Frame, FrameIndex, Profile, ProfileSample, RawFrame, RawSample, Resource, SpanContext, SpanId,
+    SpanRecord, Stack, WindowStats,
 };
 
 /// Limits of one window.
@@ -160,6 +160,9 @@ pub struct WindowAggregator {
     stats: WindowStats,
     /// Label overflows (routes, thread and task names) already reported in earlier windows.
     overflow_reported: u64,
+    /// Span records the last window left out that ended near its close: offered once more to
+    /// the next window, whose first samples may still carry them ([`spans_to_keep`]).
+    carried_spans: Vec<SpanRecord>,
 }
 
 impl Default for WindowAggregator {
@@ -188,6 +191,7 @@ impl WindowAggregator {
             scratch: Vec::new(),
             stats: WindowStats::default(),
             overflow_reported: 0,
+            carried_spans: Vec::new(),
         }
     }
 
@@ -473,8 +477,13 @@ impl WindowAggregator {
                 wall_ns: c.wall_ns,
             });
         }
-        profile.spans = spans.spans.clone();
+        let carried = std::mem::take(&mut self.carried_spans);
+        let window = (start_unix_ns, start_unix_ns.saturating_add(duration_ns));
+        let kept = spans_to_keep(&spans.spans, carried, &profile.samples, window);
+        profile.spans = kept.kept;
+        self.carried_spans = kept.carry;
         let mut stats = std::mem::take(&mut self.stats);
+        stats.unsampled_spans += kept.left_out;
         // The label tables live across windows and count overflows in total: report this
         // window's share, so that summing windows (a merge) counts each overflow once.
         let overflow = spans.route_overflow + self.threads.overflowed() + self.tasks.overflowed();
@@ -484,6 +493,86 @@ impl WindowAggregator {
         profile.stats = stats;
         profile
     }
+}
+
+/// Spans that ended this close to a window's end may still have samples on their way (a
+/// native walker's ring is drained at the next tick, up to 50 intervals later under a budget).
+const CARRY_SPANS_ENDED_WITHIN_NS: u64 = 1_000_000_000;
+
+/// What [`spans_to_keep`] decided for one window.
+struct KeptSpans {
+    kept: Vec<SpanRecord>,
+    /// Left out for good.
+    left_out: u64,
+    /// Left out of this window but offered to the next one.
+    carry: Vec<SpanRecord>,
+}
+
+/// The span records a window keeps (ADR 0010):
+/// - the spans its samples carry, as their span or their local root;
+/// - their ancestors, so that a span's report with its child spans, and the route of its local
+///   root, still resolve;
+/// - spans that started before the window did: their earlier samples are in earlier windows,
+///   and this window may hold the only record with their end.
+///
+/// The window's records are `all` plus the ones the last window carried over. Of the rest,
+/// open spans come again with the next window; ended ones that ended within
+/// [`CARRY_SPANS_ENDED_WITHIN_NS`] of the window's end are carried to the next window once (a
+/// sample drained after the close still finds its span there); the others, and carried ones
+/// that are still unsampled, are left out and counted.
+///
+/// A span with no sample has nothing to show in a profile; keeping every span would make the
+/// export's cost follow the request rate (thousands of spans a second) instead of what was
+/// sampled.
+fn spans_to_keep(
+    all: &[SpanRecord],
+    carried: Vec<SpanRecord>,
+    samples: &[ProfileSample],
+    (window_start_ns, window_end_ns): (u64, u64),
+) -> KeptSpans {
+    let mut keep: HashSet<SpanId> = samples
+        .iter()
+        .filter_map(|s| s.span)
+        .flat_map(|c| [c.span_id, c.local_root_span_id])
+        .collect();
+    let parents: HashMap<SpanId, SpanId> = all
+        .iter()
+        .chain(&carried)
+        .filter_map(|r| Some((r.span_id, r.parent_span_id?)))
+        .collect();
+    let mut todo: Vec<SpanId> = keep.iter().copied().collect();
+    while let Some(id) = todo.pop() {
+        if let Some(&p) = parents.get(&id) {
+            if keep.insert(p) {
+                todo.push(p);
+            }
+        }
+    }
+    let carry_from = window_end_ns.saturating_sub(CARRY_SPANS_ENDED_WITHIN_NS);
+    let mut out = KeptSpans {
+        kept: Vec::new(),
+        left_out: 0,
+        carry: Vec::new(),
+    };
+    for r in all {
+        match r.end_unix_ns {
+            _ if r.start_unix_ns < window_start_ns || keep.contains(&r.span_id) => {
+                out.kept.push(r.clone());
+            }
+            // Still open: offered again by the span table with the next window.
+            None => {}
+            Some(end) if end >= carry_from => out.carry.push(r.clone()),
+            Some(_) => out.left_out += 1,
+        }
+    }
+    for r in carried {
+        if keep.contains(&r.span_id) {
+            out.kept.push(r);
+        } else {
+            out.left_out += 1;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -539,6 +628,93 @@ mod tests {
             .iter()
             .filter(|s| s.span.is_some())
             .all(|s| &*s.route == "/checkout"));
+    }
+
+    /// A window keeps the records of the spans its samples carry, their ancestors, and spans
+    /// that started before it. A span that ended just before the close is offered to the next
+    /// window too (its sample may be drained after the close); the rest are left out and
+    /// counted.
+    #[test]
+    fn a_window_keeps_the_spans_its_samples_need_and_counts_the_rest() {
+        use crate::{ActiveSpan, SpanId, SpanStart, TraceId};
+        const S: u64 = 1_000_000_000;
+        let id = |n| SpanId::from_u64(n).unwrap();
+        let trace_id = TraceId::from_u128(9).unwrap();
+        let table = SpanTable::default();
+        let start = |span: u64, parent: Option<u64>, at: u64| {
+            table.start(SpanStart {
+                trace_id,
+                span_id: id(span),
+                parent_span_id: parent.map(id),
+                parent_is_remote: false,
+                name: "op",
+                route: None,
+                start_unix_ns: at,
+            })
+        };
+        let mut a = WindowAggregator::default();
+        let st = a.intern_stack(&[RawFrame { id: 1, line: 1 }], false);
+        let thread = a.intern_thread_name("w");
+        let sample_in = |a: &mut WindowAggregator, span: ActiveSpan| {
+            let sample = Sample {
+                stack: st,
+                span: Some(span.ctx),
+                route: span.route,
+                thread,
+                task: None,
+            };
+            a.add(sample, true, 10, 1);
+        };
+        let kept_ids = |p: &Profile| {
+            let mut v: Vec<u64> = p.spans.iter().map(|r| r.span_id.to_u64()).collect();
+            v.sort_unstable();
+            v
+        };
+
+        // Window 1, [10 s, 20 s): root 1 -> 2 -> 3 (sampled); 4 a sibling of 2 with no sample;
+        // 5 a long span that started before the window; 6 unrelated, no sample; 7 and 8 end
+        // just before the close with no sample yet; 9 stays open, unsampled.
+        start(1, None, 11 * S);
+        start(2, Some(1), 12 * S);
+        let three = start(3, Some(2), 13 * S);
+        start(4, Some(1), 14 * S);
+        start(5, None, 5 * S);
+        start(6, None, 15 * S);
+        start(7, None, 16 * S);
+        let eight = start(8, None, 16 * S);
+        start(9, None, 16 * S);
+        for s in [3, 4, 2, 6, 1, 5] {
+            table.end(id(s), 18 * S, None);
+        }
+        for s in [7, 8] {
+            table.end(id(s), 20 * S - 1_000, None);
+        }
+        sample_in(&mut a, three);
+        let p = a.finish(
+            Resource::default(),
+            10 * S,
+            10 * S,
+            10,
+            &table.drain_window(),
+        );
+        assert_eq!(kept_ids(&p), [1, 2, 3, 5]);
+        assert_eq!(
+            p.stats.unsampled_spans, 2,
+            "4 and 6; 9 is open, 7 and 8 carried"
+        );
+
+        // Window 2: the first sample drained carries 8. 7 never gets one. 9, still open,
+        // started before this window: kept, as every span that crosses into a window is.
+        sample_in(&mut a, eight);
+        let p = a.finish(
+            Resource::default(),
+            20 * S,
+            10 * S,
+            10,
+            &table.drain_window(),
+        );
+        assert_eq!(kept_ids(&p), [8, 9]);
+        assert_eq!(p.stats.unsampled_spans, 1, "7");
     }
 
     #[test]

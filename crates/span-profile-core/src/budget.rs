@@ -31,7 +31,13 @@ pub struct BudgetController {
     last_cpu_ns: u64,
     /// CPU share measured over the last check period.
     last_usage: f64,
+    /// The share of the budget the agent's other threads use ([`BudgetController::reserve`]).
+    reserved: f64,
 }
+
+/// At most this fraction of the budget is reserved for the other threads, so that sampling
+/// always keeps a share.
+const MAX_RESERVED: f64 = 0.8;
 
 impl BudgetController {
     /// A controller for `budget` (fraction of one core) around the `nominal` interval.
@@ -43,7 +49,28 @@ impl BudgetController {
             last_check: now,
             last_cpu_ns: 0,
             last_usage: 0.0,
+            reserved: 0.0,
         }
+    }
+
+    /// Takes `share` (a fraction of one core: what the agent's other threads, the export
+    /// thread, used over the last window) off the sampler's budget, so that the agent as a
+    /// whole holds it. Exporting costs in proportion to what was sampled, so a lower rate
+    /// lowers the next window's share too. At most 80% of the budget is reserved.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use span_profile_core::BudgetController;
+    ///
+    /// let t0 = Instant::now();
+    /// let mut b = BudgetController::new(0.01, Duration::from_millis(10), t0);
+    /// // The sampler alone used 0.8%: within 1%, unless the exporter used 0.5% more.
+    /// assert!(b.clone().observe(t0 + Duration::from_millis(250), 2_000_000).is_none());
+    /// b.reserve(0.005);
+    /// assert!(b.observe(t0 + Duration::from_millis(250), 2_000_000).is_some());
+    /// ```
+    pub fn reserve(&mut self, share: f64) {
+        self.reserved = share.clamp(0.0, self.budget * MAX_RESERVED);
     }
 
     /// The interval to sample at now.
@@ -72,7 +99,7 @@ impl BudgetController {
         self.last_cpu_ns = cpu_ns;
         let usage = used as f64 / wall.as_nanos().max(1) as f64;
         self.last_usage = usage;
-        let ratio = usage / self.budget;
+        let ratio = usage / (self.budget - self.reserved);
         let next = if ratio > 1.05 {
             // Over budget: CPU per tick is roughly constant, so stretching the interval by the
             // overshoot lands near the budget; cap each step so one noisy period cannot swing it.
@@ -157,6 +184,29 @@ mod tests {
         assert!(
             (usage - 0.005).abs() / 0.005 < 0.2,
             "usage {usage} should be 0.5% ± 20%"
+        );
+    }
+
+    #[test]
+    fn the_export_threads_share_is_taken_off_the_samplers_budget() {
+        let t0 = Instant::now();
+        let mut b = BudgetController::new(0.005, 10 * MS, t0);
+        b.reserve(0.002); // the exporter used 0.2% of a core over the last window
+        let (mut now, mut cpu) = (t0, 0u64);
+        for _ in 0..4_000 {
+            now += b.interval();
+            cpu += 200_000; // 200 µs per tick
+            b.observe(now, cpu);
+        }
+        let usage = b.usage();
+        assert!(
+            (usage - 0.003).abs() / 0.003 < 0.2,
+            "sampler usage {usage} should be 0.3% ± 20%, leaving 0.2% to the exporter"
+        );
+        b.reserve(1.0);
+        assert!(
+            b.reserved <= 0.005 * MAX_RESERVED,
+            "sampling always keeps a share"
         );
     }
 

@@ -230,6 +230,7 @@ fn add_stats(out: &mut WindowStats, s: &WindowStats) {
     out.dropped_samples += s.dropped_samples;
     out.label_overflow += s.label_overflow;
     out.dropped_spans += s.dropped_spans;
+    out.unsampled_spans += s.unsampled_spans;
     out.dropped_windows += s.dropped_windows;
     out.export_errors += s.export_errors;
     out.agent_cpu_ns += s.agent_cpu_ns;

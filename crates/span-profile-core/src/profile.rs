@@ -80,6 +80,10 @@ pub struct WindowStats {
     pub label_overflow: u64,
     /// Span records dropped because the span table's cap was reached.
     pub dropped_spans: u64,
+    /// Span records left out of the window because no sample carries the span, a descendant
+    /// of it, or (as their local root) a span under it (ADR 0010). Not a loss of samples: a
+    /// span without samples has nothing to show.
+    pub unsampled_spans: u64,
     /// Earlier windows dropped (export queue full), reported with the next window that gets out.
     pub dropped_windows: u64,
     /// Exports that failed since the previous window.

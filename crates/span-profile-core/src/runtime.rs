@@ -77,6 +77,8 @@ pub struct ProfilerStats {
     pub label_overflow: u64,
     /// Span records dropped because the span table's cap was reached.
     pub dropped_spans: u64,
+    /// Span records left out of windows because nothing was sampled in the span (ADR 0010).
+    pub unsampled_spans: u64,
     /// Samples dropped because the span or task changed while the stack was copied.
     pub torn_samples: u64,
     /// Sampling stopped because of a failure; [`Profiler::failure`] says which.
@@ -98,6 +100,7 @@ struct Counters {
     skipped_threads: AtomicU64,
     label_overflow: AtomicU64,
     dropped_spans: AtomicU64,
+    unsampled_spans: AtomicU64,
     torn_samples: AtomicU64,
     sampler_cpu_ns: AtomicU64,
     exporter_cpu_ns: AtomicU64,
@@ -387,6 +390,7 @@ impl ProfilerBuilder {
             registry_seen: self.registry.loss_counters(),
             failures: failures.clone(),
             tick_interval_ns: 0,
+            export_seen: (0, Instant::now()),
             tick_samples: 0,
             clock: self.clock,
         };
@@ -458,6 +462,7 @@ impl Profiler {
             skipped_threads: l(&c.skipped_threads),
             label_overflow: l(&c.label_overflow),
             dropped_spans: l(&c.dropped_spans),
+            unsampled_spans: l(&c.unsampled_spans),
             torn_samples: l(&c.torn_samples),
             failed: self.failures.sampler_failure().is_some(),
             sampler_cpu_ns: l(&c.sampler_cpu_ns),
@@ -536,6 +541,8 @@ struct Sampler {
     registry_seen: RegistryStats,
     failures: Arc<FailureLog>,
     tick_interval_ns: u64,
+    /// The export thread's cumulative CPU when the budget last saw it grow, and when.
+    export_seen: (u64, Instant),
     tick_samples: u64,
     clock: WallClock,
 }
@@ -603,6 +610,16 @@ impl Sampler {
             }
             ticks_in_window += 1;
             if let Some(b) = budget.as_mut().filter(|b| b.due(now)) {
+                // The export thread's CPU is part of the agent's: what it used since it last
+                // finished exporting, as a rate over that time, is the share the sampler
+                // leaves it.
+                let exported = self.counters.exporter_cpu_ns.load(Ordering::Relaxed);
+                if exported > self.export_seen.0 {
+                    let (seen_ns, seen_at) = self.export_seen;
+                    let over = now.saturating_duration_since(seen_at).as_nanos().max(1);
+                    b.reserve((exported - seen_ns) as f64 / over as f64);
+                    self.export_seen = (exported, now);
+                }
                 if let Some(i) = b.observe(now, clock.now_ns()) {
                     interval = i;
                 }
@@ -711,6 +728,7 @@ impl Sampler {
             (&self.counters.skipped_threads, st.skipped_threads),
             (&self.counters.label_overflow, st.label_overflow),
             (&self.counters.dropped_spans, st.dropped_spans),
+            (&self.counters.unsampled_spans, st.unsampled_spans),
             (&self.counters.torn_samples, st.torn_samples),
         ] {
             counter.fetch_add(n, Ordering::Relaxed);
@@ -933,6 +951,7 @@ impl SamplerHarness {
                 registry_seen: registry.loss_counters(),
                 failures: Arc::new(FailureLog::new(Arc::new(log_to_stderr))),
                 tick_interval_ns: interval.as_nanos() as u64,
+                export_seen: (0, Instant::now()),
                 tick_samples: 0,
                 clock: WallClock::default(),
             },

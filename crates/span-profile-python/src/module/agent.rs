@@ -521,6 +521,7 @@ impl NativeAgent {
         d.set_item("skipped_threads", p.skipped_threads)?;
         d.set_item("label_overflow", p.label_overflow)?;
         d.set_item("dropped_spans", p.dropped_spans)?;
+        d.set_item("unsampled_spans", p.unsampled_spans)?;
         d.set_item("torn_samples", p.torn_samples)?;
         d.set_item("failed", p.failed)?;
         d.set_item("failure", self.failure())?;

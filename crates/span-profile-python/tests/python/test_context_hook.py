@@ -6,6 +6,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
 import span_profile
+from conftest import busy
 
 
 def test_start_wraps_and_stop_restores_the_runtime_context(output):
@@ -65,8 +66,11 @@ def test_sampled_out_spans_still_carry_their_trace(agent):
 def test_route_set_after_start_is_recorded_at_end(agent, tracer):
     from pprof_reader import read_all
 
+    # The span burns CPU so that it has samples: a window keeps only the records of spans
+    # its samples carry (ADR 0010).
     with tracer.start_as_current_span("GET") as root:
         root.set_attribute("http.route", "/late/{id}")
+        busy(0.2)
     agent.stop()
     sid = format(root.context.span_id, "016x")
     records = [r for p in read_all(agent.output) for r in p.meta["spans"] if r["span_id"] == sid]
