@@ -53,10 +53,10 @@ impl BudgetController {
         }
     }
 
-    /// Takes `share` (a fraction of one core: what the agent's other threads, the export
-    /// thread, used over the last window) off the sampler's budget, so that the agent as a
-    /// whole holds it. Exporting costs in proportion to what was sampled, so a lower rate
-    /// lowers the next window's share too. At most 80% of the budget is reserved.
+    /// Takes `share` (a fraction of one core) off what the ticks may use, so that the agent as
+    /// a whole holds the budget: the runtime reserves the export thread's CPU rate and its own
+    /// cost of closing windows, which the interval does not scale, and passes `observe` the
+    /// CPU of the ticks alone. At most 80% of the budget is reserved.
     ///
     /// ```
     /// use std::time::{Duration, Instant};

@@ -391,6 +391,7 @@ impl ProfilerBuilder {
             failures: failures.clone(),
             tick_interval_ns: 0,
             export_seen: (0, Instant::now()),
+            fixed: FixedCosts::default(),
             tick_samples: 0,
             clock: self.clock,
         };
@@ -543,6 +544,8 @@ struct Sampler {
     tick_interval_ns: u64,
     /// The export thread's cumulative CPU when the budget last saw it grow, and when.
     export_seen: (u64, Instant),
+    /// The agent's costs that the sampling interval does not scale, reserved out of the budget.
+    fixed: FixedCosts,
     tick_samples: u64,
     clock: WallClock,
 }
@@ -554,6 +557,22 @@ fn unix_ns(t: SystemTime) -> u64 {
 }
 
 /// The end of the window containing `now`: the next wall-clock multiple of `window`.
+/// What the budget reserves before the interval is set: the export thread's CPU rate (from
+/// its last export) and the sampler's own cost of closing windows (from the last close).
+#[derive(Debug, Default)]
+struct FixedCosts {
+    export_share: f64,
+    close_share: f64,
+    /// Sampler CPU spent closing windows so far, left out of what the interval answers for.
+    close_cpu_ns: u64,
+}
+
+impl FixedCosts {
+    fn total(&self) -> f64 {
+        self.export_share + self.close_share
+    }
+}
+
 fn window_end(now_ns: u64, window_ns: u64) -> u64 {
     // Saturating: a clock set centuries ahead must not overflow (and panic) the sampler.
     (now_ns / window_ns)
@@ -617,10 +636,14 @@ impl Sampler {
                 if exported > self.export_seen.0 {
                     let (seen_ns, seen_at) = self.export_seen;
                     let over = now.saturating_duration_since(seen_at).as_nanos().max(1);
-                    b.reserve((exported - seen_ns) as f64 / over as f64);
+                    self.fixed.export_share = (exported - seen_ns) as f64 / over as f64;
                     self.export_seen = (exported, now);
+                    b.reserve(self.fixed.total());
                 }
-                if let Some(i) = b.observe(now, clock.now_ns()) {
+                // Closing windows is reserved too (below), so the interval answers for the
+                // ticks alone.
+                let ticks_cpu = clock.now_ns().saturating_sub(self.fixed.close_cpu_ns);
+                if let Some(i) = b.observe(now, ticks_cpu) {
                     interval = i;
                 }
             }
@@ -646,6 +669,14 @@ impl Sampler {
                     cpu.saturating_sub(cpu_at_window_start),
                     ticks_in_window,
                 );
+                // Closing a window costs the same whatever the interval (its span records
+                // follow the request rate): a share of the budget, like the export thread's.
+                if let Some(b) = budget.as_mut() {
+                    let close = clock.now_ns().saturating_sub(cpu);
+                    self.fixed.close_cpu_ns += close;
+                    self.fixed.close_share = close as f64 / window_ns.max(1) as f64;
+                    b.reserve(self.fixed.total());
+                }
                 cpu_at_window_start = cpu;
                 ticks_in_window = 0;
                 start_ns = now_ns;
@@ -952,6 +983,7 @@ impl SamplerHarness {
                 failures: Arc::new(FailureLog::new(Arc::new(log_to_stderr))),
                 tick_interval_ns: interval.as_nanos() as u64,
                 export_seen: (0, Instant::now()),
+                fixed: FixedCosts::default(),
                 tick_samples: 0,
                 clock: WallClock::default(),
             },
