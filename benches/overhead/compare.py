@@ -9,6 +9,11 @@ Arms:
   none          workload.py --agent none
   span_profile  workload.py --agent span_profile (agent + SpanProcessor, 100 Hz, default 1% budget
                 unless --budget)
+  span_profile-full
+                the same with the budget off (SPAN_PROFILE_OVERHEAD_BUDGET=0): the full 100 Hz
+  span_profile-syscall
+                the full rate, reading memory with process_vm_readv (SPAN_PROFILE_MEMORY_READS=syscall,
+                the walker before ADR 0009): the baseline of the guarded reads
   py-spy        py-spy record -r 100 --nonblocking -o /dev/null -- python workload.py --agent none
                 (agent CPU = py-spy's own utime+stime from /proc/<pid>/stat, polled until it exits)
   pyroscope     workload.py --agent pyroscope (pyroscope-io + pyroscope-otel) sending to sink.py
@@ -43,12 +48,17 @@ def run(args, variant, arm):
     base = [wl, "--variant", variant, "--duration", str(args.duration), "--rate", "100"]
     env = dict(os.environ)
     env.pop("SPAN_PROFILE_OVERHEAD_BUDGET", None)
+    env.pop("SPAN_PROFILE_MEMORY_READS", None)
     if args.budget is not None:
         env["SPAN_PROFILE_OVERHEAD_BUDGET"] = str(args.budget)
     if arm == "none":
         cmd = [py] + base + ["--agent", "none"]
-    elif arm == "span_profile":
+    elif arm in ("span_profile", "span_profile-full", "span_profile-syscall"):
         cmd = [py] + base + ["--agent", "span_profile"]
+        if arm != "span_profile":
+            env["SPAN_PROFILE_OVERHEAD_BUDGET"] = "0"
+        if arm == "span_profile-syscall":
+            env["SPAN_PROFILE_MEMORY_READS"] = "syscall"
     elif arm == "pyroscope":
         cmd = [py] + base + ["--agent", "pyroscope", "--pyroscope-url", "http://127.0.0.1:%d" % args.sink_port]
     elif arm == "ddtrace":
@@ -112,19 +122,19 @@ def main():
                     results.append(r)
     finally:
         sink.terminate()
-    print("\nvariant   arm           rps median [min-max]        agent CPU % of a core median [min-max]  RSS MB median   load1")
+    print("\nvariant   arm                  rps median [min-max]        agent CPU % of a core median [min-max]  RSS MB median   load1")
     for variant in args.variants:
         none = [r["rps"] for r in results if r.get("variant") == variant and r["arm"] == "none" and "rps" in r]
         for arm in args.arms:
             rs = [r for r in results if r.get("variant") == variant and r["arm"] == arm and "rps" in r]
             if not rs:
-                print("%-9s %-13s not measured" % (variant, arm))
+                print("%-9s %-20s not measured" % (variant, arm))
                 continue
             rps = [r["rps"] for r in rs]
             cpu = [r["agent_cpu_pct"] for r in rs]
             rss = [r["rss_mb"] for r in rs]
             change = (100 * (statistics.median(rps) / statistics.median(none) - 1)) if none else float("nan")
-            print("%-9s %-13s %8.1f [%.1f-%.1f] (%+.1f%%)  %6.2f [%.2f-%.2f]  %6.1f  %.1f" % (
+            print("%-9s %-20s %8.1f [%.1f-%.1f] (%+.1f%%)  %6.2f [%.2f-%.2f]  %6.1f  %.1f" % (
                 variant, arm, statistics.median(rps), min(rps), max(rps), change,
                 statistics.median(cpu), min(cpu), max(cpu), statistics.median(rss),
                 statistics.median([r["load1"] for r in rs])))
