@@ -41,6 +41,12 @@ fn a_real_crash_with_no_previous_handler_kills_the_process() {
 }
 
 #[test]
+fn a_thread_that_inherited_a_blocked_sigsegv_still_catches_its_faults() {
+    let status = run_child("blocked-mask");
+    assert_eq!(status.code(), Some(0), "child: {status:?}");
+}
+
+#[test]
 fn a_replaced_handler_makes_reads_fall_back_to_the_syscall() {
     let status = run_child("replaced");
     assert_eq!(status.code(), Some(0), "child: {status:?}");
@@ -125,6 +131,34 @@ fn child() {
             r.begin_tick();
             assert!(r.is_direct(), "ours is back");
             assert!(r.read_u64(forbidden_page()).is_err());
+            std::process::exit(0);
+        }
+        "blocked-mask" => {
+            // A host that blocks every signal in its threads: the sampler thread it spawns
+            // inherits the mask. A fault arriving blocked would kill the process.
+            // SAFETY: (1) `set` is a valid local `sigset_t`, initialised by `sigfillset`;
+            // `pthread_sigmask` changes only this thread's mask.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigfillset(&mut set);
+                assert_eq!(
+                    libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()),
+                    0
+                );
+            }
+            let faults = std::thread::spawn(|| {
+                let r = GuardedReader::new(ReadMode::Guarded).expect("reader");
+                assert!(
+                    r.begin_tick(),
+                    "direct reads on a thread born with SIGSEGV blocked"
+                );
+                (0..100)
+                    .filter(|_| r.read_u64(forbidden_page()).is_err())
+                    .count()
+            })
+            .join()
+            .expect("the reading thread survives");
+            assert_eq!(faults, 100);
             std::process::exit(0);
         }
         other => panic!("unknown GUARD_CASE {other}"),

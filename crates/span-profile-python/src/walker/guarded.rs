@@ -130,7 +130,9 @@ impl MemoryReader for GuardedReader {
     }
 
     fn begin_tick(&self) -> bool {
-        let direct = self.mode == ReadMode::Guarded && guard::still_installed();
+        let direct = self.mode == ReadMode::Guarded
+            && guard::still_installed()
+            && guard::unblocked_on_this_thread();
         self.direct.set(direct);
         direct
     }
@@ -256,6 +258,39 @@ mod guard {
         })
     }
 
+    /// Makes sure `SIGSEGV` and `SIGBUS` are not blocked on the calling thread (once per
+    /// thread); true if they are not. A thread inherits its creator's mask, and a fault that
+    /// arrives blocked is not handled: the kernel unblocks it, resets it to the default action
+    /// and kills the process. Hosts that block every signal in their worker threads exist.
+    pub(super) fn unblocked_on_this_thread() -> bool {
+        thread_local! {
+            static UNBLOCKED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+        }
+        UNBLOCKED.with(|u| {
+            if let Some(done) = u.get() {
+                return done;
+            }
+            let mut set = empty_sigset();
+            // SAFETY: (1) `set` is a valid, exclusively borrowed `sigset_t`; the calls only
+            // initialise it and add two valid signal numbers. (2) `pthread_sigmask` changes the
+            // calling thread's mask only; the old mask is not needed.
+            let ok = unsafe {
+                libc::sigemptyset(&mut set) == 0
+                    && libc::sigaddset(&mut set, libc::SIGSEGV) == 0
+                    && libc::sigaddset(&mut set, libc::SIGBUS) == 0
+                    && libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) == 0
+            };
+            u.set(Some(ok));
+            ok
+        })
+    }
+
+    fn empty_sigset() -> libc::sigset_t {
+        // SAFETY: (1) `sigset_t` is a plain C bit set; all-zero bytes is a valid (empty) value,
+        // and `sigemptyset` initialises it properly before use.
+        unsafe { std::mem::zeroed() }
+    }
+
     fn empty_action() -> libc::sigaction {
         // SAFETY: (1) `sigaction` is a plain C struct for which all-zero bytes is a valid value
         // (SIG_DFL, no flags, an empty mask).
@@ -325,6 +360,9 @@ mod guard {
         false
     }
     pub(super) fn still_installed() -> bool {
+        false
+    }
+    pub(super) fn unblocked_on_this_thread() -> bool {
         false
     }
 }
