@@ -31,12 +31,12 @@ pub struct BudgetController {
     last_cpu_ns: u64,
     /// CPU share measured over the last check period.
     last_usage: f64,
-    /// The share of the budget the agent's other threads use ([`BudgetController::reserve`]).
+    /// The share of the budget taken by costs the interval does not scale
+    /// ([`BudgetController::reserve`]).
     reserved: f64,
 }
 
-/// At most this fraction of the budget is reserved for the other threads, so that sampling
-/// always keeps a share.
+/// At most this fraction of the budget is reserved, so that sampling always keeps a share.
 const MAX_RESERVED: f64 = 0.8;
 
 impl BudgetController {

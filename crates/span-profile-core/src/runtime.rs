@@ -556,7 +556,6 @@ fn unix_ns(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// The end of the window containing `now`: the next wall-clock multiple of `window`.
 /// What the budget reserves before the interval is set: the export thread's CPU rate (from
 /// its last export) and the sampler's own cost of closing windows (from the last close).
 #[derive(Debug, Default)]
@@ -573,6 +572,7 @@ impl FixedCosts {
     }
 }
 
+/// The end of the window containing `now`: the next wall-clock multiple of `window`.
 fn window_end(now_ns: u64, window_ns: u64) -> u64 {
     // Saturating: a clock set centuries ahead must not overflow (and panic) the sampler.
     (now_ns / window_ns)

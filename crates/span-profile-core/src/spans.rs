@@ -247,6 +247,49 @@ impl WindowSpans {
     }
 }
 
+/// Which span a sample is linked to, when a backend keeps one span per sample, and so which
+/// spans carry the `pyroscope.profile.id` link ([`SpanScope::links`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SpanScope {
+    /// The local root span: the first span of the trace in this process (Pyroscope's and
+    /// Grafana's convention).
+    #[default]
+    LocalRoot,
+    /// The innermost span active when the sample was taken.
+    All,
+}
+
+impl SpanScope {
+    /// `local_root` (or `root`) and `all` (or `innermost`), in any case.
+    ///
+    /// ```
+    /// use span_profile_core::SpanScope;
+    /// assert_eq!(SpanScope::parse("ALL"), Some(SpanScope::All));
+    /// assert_eq!(SpanScope::parse("spans"), None);
+    /// ```
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "local_root" | "root" => Some(SpanScope::LocalRoot),
+            "all" | "innermost" => Some(SpanScope::All),
+            _ => None,
+        }
+    }
+
+    /// Whether a span's own id is the one its samples are stored under, so that a link from
+    /// the span to its profile (`pyroscope.profile.id`) finds them. `is_local_root`: the span
+    /// has no parent in this process (none, or a remote one).
+    ///
+    /// ```
+    /// use span_profile_core::SpanScope;
+    /// assert!(SpanScope::LocalRoot.links(true) && !SpanScope::LocalRoot.links(false));
+    /// assert!(SpanScope::All.links(false));
+    /// ```
+    pub fn links(self, is_local_root: bool) -> bool {
+        is_local_root || self == SpanScope::All
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,48 +348,5 @@ mod tests {
             start(&t, i, None, false, None);
         }
         assert_eq!(t.drain_window().dropped, 10);
-    }
-}
-
-/// Which span a sample is linked to, when a backend keeps one span per sample, and so which
-/// spans carry the `pyroscope.profile.id` link ([`SpanScope::links`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SpanScope {
-    /// The local root span: the first span of the trace in this process (Pyroscope's and
-    /// Grafana's convention).
-    #[default]
-    LocalRoot,
-    /// The innermost span active when the sample was taken.
-    All,
-}
-
-impl SpanScope {
-    /// `local_root` (or `root`) and `all` (or `innermost`), in any case.
-    ///
-    /// ```
-    /// use span_profile_core::SpanScope;
-    /// assert_eq!(SpanScope::parse("ALL"), Some(SpanScope::All));
-    /// assert_eq!(SpanScope::parse("spans"), None);
-    /// ```
-    pub fn parse(s: &str) -> Option<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "local_root" | "root" => Some(SpanScope::LocalRoot),
-            "all" | "innermost" => Some(SpanScope::All),
-            _ => None,
-        }
-    }
-
-    /// Whether a span's own id is the one its samples are stored under, so that a link from
-    /// the span to its profile (`pyroscope.profile.id`) finds them. `is_local_root`: the span
-    /// has no parent in this process (none, or a remote one).
-    ///
-    /// ```
-    /// use span_profile_core::SpanScope;
-    /// assert!(SpanScope::LocalRoot.links(true) && !SpanScope::LocalRoot.links(false));
-    /// assert!(SpanScope::All.links(false));
-    /// ```
-    pub fn links(self, is_local_root: bool) -> bool {
-        is_local_root || self == SpanScope::All
     }
 }

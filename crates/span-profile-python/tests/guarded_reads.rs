@@ -41,6 +41,12 @@ fn a_real_crash_with_no_previous_handler_kills_the_process() {
 }
 
 #[test]
+fn a_sigsegv_sent_by_kill_still_ends_the_process() {
+    let status = run_child("sent");
+    assert_eq!(status.signal(), Some(libc::SIGSEGV), "child: {status:?}");
+}
+
+#[test]
 fn a_thread_that_inherited_a_blocked_sigsegv_still_catches_its_faults() {
     let status = run_child("blocked-mask");
     assert_eq!(status.code(), Some(0), "child: {status:?}");
@@ -132,6 +138,23 @@ fn child() {
             assert!(r.is_direct(), "ours is back");
             assert!(r.read_u64(forbidden_page()).is_err());
             std::process::exit(0);
+        }
+        "sent" => {
+            // `kill -SEGV` (here `raise`) has no faulting instruction to run again: the
+            // default action must still end the process. (Rust's runtime has its own SIGSEGV
+            // handler for stack overflows; the default action is put back first.)
+            // SAFETY: (1) A zeroed `sigaction` is SIG_DFL with an empty mask.
+            unsafe {
+                let dfl: libc::sigaction = std::mem::zeroed();
+                assert_eq!(
+                    libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut()),
+                    0
+                );
+            }
+            let r = GuardedReader::new(ReadMode::Guarded).expect("reader");
+            assert!(r.begin_tick());
+            // SAFETY: (1) `raise` sends a signal to this thread; the test expects it to kill.
+            unsafe { libc::raise(libc::SIGSEGV) };
         }
         "blocked-mask" => {
             // A host that blocks every signal in its threads: the sampler thread it spawns

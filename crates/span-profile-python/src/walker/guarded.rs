@@ -60,10 +60,15 @@ impl GuardedReader {
     /// [`ReadMode::Guarded`] the fault handler is installed once per process.
     pub fn new(mode: ReadMode) -> Result<Self, ReadError> {
         let vm = ProcessVmReader::new()?;
-        let direct = mode == ReadMode::Guarded && guard::install();
+        if mode == ReadMode::Guarded {
+            // Whether it worked is checked before every tick (`still_installed`).
+            guard::install();
+        }
+        // Direct copies start with the first tick, on the thread that reads
+        // ([`GuardedReader::begin_tick`]); reads during setup use the syscall.
         Ok(Self {
             vm,
-            direct: Cell::new(direct),
+            direct: Cell::new(false),
             mode,
         })
     }
@@ -209,11 +214,11 @@ mod guard {
         }
     }
 
-    /// Installs the fault handler for `SIGSEGV` and `SIGBUS`, once per process; true if it is
-    /// installed now.
-    pub(super) fn install() -> bool {
+    /// Installs the fault handler for `SIGSEGV` and `SIGBUS`, once per process (whether it took
+    /// is what `still_installed` tells).
+    pub(super) fn install() {
         static INSTALLED: OnceLock<bool> = OnceLock::new();
-        *INSTALLED.get_or_init(|| {
+        INSTALLED.get_or_init(|| {
             let mut prev = [empty_action(), empty_action()];
             for (sig, p) in SIGNALS.iter().zip(prev.iter_mut()) {
                 // SAFETY: (1) Querying a disposition with a null new action changes nothing;
@@ -241,7 +246,7 @@ mod guard {
                 }
             }
             true
-        })
+        });
     }
 
     /// Whether our handler is still the installed one for both signals (someone may have
@@ -332,8 +337,24 @@ mod guard {
         };
         let h = prev.sa_sigaction;
         if h == libc::SIG_DFL || h == libc::SIG_IGN {
-            // SAFETY: (1) Restores a disposition saved from the kernel itself.
-            unsafe { libc::sigaction(sig, prev, std::ptr::null_mut()) };
+            // SAFETY: (1) `info` is the kernel's, checked for null.
+            let fault = !info.is_null() && unsafe { (*info).si_code } > 0;
+            if fault {
+                // A fault: put the old disposition back and return, so the instruction faults
+                // again under it (the kernel kills for an ignored fault too).
+                // SAFETY: (1) Restores a disposition saved from the kernel itself.
+                unsafe { libc::sigaction(sig, prev, std::ptr::null_mut()) };
+            } else if h == libc::SIG_DFL {
+                // Sent by `kill` or `raise`: there is nothing to run again, so deliver it anew
+                // under the default action (which ends the process).
+                // SAFETY: (1) As above; `raise` is async-signal-safe, and with SA_NODEFER the
+                // signal is not blocked here.
+                unsafe {
+                    libc::sigaction(sig, prev, std::ptr::null_mut());
+                    libc::raise(sig);
+                }
+            }
+            // Sent and ignored: nothing to do, and our handler stays.
             return;
         }
         if prev.sa_flags & libc::SA_SIGINFO != 0 {
@@ -356,9 +377,7 @@ mod guard {
     pub(super) fn copy(_dst: &mut [u8], _src: u64) -> bool {
         false
     }
-    pub(super) fn install() -> bool {
-        false
-    }
+    pub(super) fn install() {}
     pub(super) fn still_installed() -> bool {
         false
     }

@@ -491,9 +491,7 @@ impl super::MemoryReader for SharedMemory {
 
     fn read_scatter(&self, addrs: &[u64], len: usize, out: &mut [u8], ok: &mut [bool]) {
         let mem = self.mem.lock().unwrap();
-        for ((&a, slot), flag) in addrs.iter().zip(out.chunks_exact_mut(len)).zip(ok) {
-            *flag = mem.read(a, slot).is_ok();
-        }
+        super::memory::scatter_one_by_one(&*mem, addrs, len, out, ok);
     }
 }
 
