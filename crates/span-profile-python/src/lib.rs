@@ -6,8 +6,8 @@
 //! - `module` (feature `python`): the `span_profile._native` extension module that the
 //!   `span_profile` Python package (in `python/`, built with maturin) wraps: the native agent
 //!   (core `Profiler` + CPython walker + file store), the span-table hooks the
-//!   `SpanProcessor` calls, and the runtime-context wrapper that publishes each thread's
-//!   current OpenTelemetry span to the registry.
+//!   `SpanProcessor` calls, and the span-object table through which the sampler resolves the
+//!   span it finds in OpenTelemetry's own context (ADR 0011).
 //!
 //! Feature flags:
 //! - `python`: the PyO3 module. maturin adds `pyo3/extension-module`; without `python` the

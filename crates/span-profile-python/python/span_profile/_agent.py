@@ -12,11 +12,10 @@ _LOCK = threading.RLock()
 _RUNNING = None  # the Agent that is running, if any
 _LAST = None  # the last Agent started (for stats() after stop())
 
-#: Our ContextVars, created once per process. The runtime-context hook sets SPAN_SLOT to the
-#: current span (an ``ActiveSpan``) next to OpenTelemetry's context on every attach/detach;
-#: asyncio tasks get a ``TaskTag`` in TASK_TAG. Every copy of a context (tasks,
-#: ``copy_context().run``, ``to_thread``, ``run_in_executor``) carries both, and the sampler
-#: reads them from the context running on each thread.
+#: Our ContextVars, created once per process. The sampler reads OpenTelemetry's own context
+#: from the context running on each thread (ADR 0011), and next to it these: SPAN_SLOT holds
+#: the span (an ``ActiveSpan``) a ``run_in_executor`` worker was handed, since that worker
+#: does not run in the submitter's context; asyncio tasks get a ``TaskTag`` in TASK_TAG.
 SPAN_SLOT = contextvars.ContextVar("span_profile.span_slot", default=None)
 TASK_TAG = contextvars.ContextVar("span_profile.task_tag", default=None)
 
@@ -25,11 +24,14 @@ STATS_KEYS = (
     "dropped_samples", "sampler_cpu_ns", "exporter_cpu_ns", "missed_ticks", "truncated_stacks",
     "skipped_threads", "label_overflow", "dropped_spans", "torn_samples", "registry_active_keys", "registry_full",
     "registry_unmatched_exits", "registry_contended_reads", "spans_started", "spans_ended",
-    "context_publishes", "hook_errors",
+    "hook_errors", "span_objects", "span_objects_full", "span_objects_evicted",
 )
 
 
 def _start_native(settings, forked):
+    otel, problem = _otel_context()
+    if problem:
+        warnings.warn("span_profile: %s" % problem, RuntimeWarning, stacklevel=4)
     return _native.Agent(
         output=settings["output"],
         sample_rate_hz=settings["sample_rate_hz"],
@@ -41,40 +43,32 @@ def _start_native(settings, forked):
         forked=forked,
         python_version=tuple(sys.version_info[:2]),
         overhead_budget=settings["overhead_budget"],
+        otel=otel,
         slot_var=SPAN_SLOT,
         task_var=TASK_TAG,
     )
 
 
-def _stock_context_var(runtime_context):
-    """The ContextVar of OpenTelemetry's stock ContextVarsRuntimeContext (its attach, detach and
-    get_current are exactly the var's set, reset and get), or None for any other runtime
-    context, which the hook then calls through its methods."""
-    try:
-        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-    except ImportError:
-        return None
-    var = getattr(runtime_context, "_current_context", None)
-    if type(runtime_context) is ContextVarsRuntimeContext and isinstance(var, contextvars.ContextVar):
-        return var
-    return None
+def _otel_context():
+    """What the sampler needs to read OpenTelemetry's current context in place: the ContextVar
+    of its runtime context (the stock ``ContextVarsRuntimeContext`` or a subclass), the
+    ``Context`` class, the span key, and a probe context holding a probe span (the native side
+    reads it once to check the layout). ``(None, why)`` when the runtime context keeps its
+    state elsewhere."""
+    import opentelemetry.context as otel_context
+    from opentelemetry.context.context import Context
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+    from opentelemetry.trace import INVALID_SPAN, set_span_in_context
+    from opentelemetry.trace.propagation import _SPAN_KEY
 
-
-class RuntimeContextHook:
-    """What ``opentelemetry.context._RUNTIME_CONTEXT`` is while an agent runs: ``attach`` and
-    ``detach`` are the native hook's (the original's, then publish the thread's current span);
-    ``get_current`` and everything else are the original's. The methods are stored as instance
-    attributes, already bound, so OpenTelemetry's calls reach them without a Python frame."""
-
-    def __init__(self, native_hook, original, context_var):
-        self.native = native_hook
-        self.original = original
-        self.attach = native_hook.attach
-        self.detach = native_hook.detach
-        self.get_current = context_var.get if context_var is not None else original.get_current
-
-    def __getattr__(self, name):
-        return getattr(self.original, name)
+    runtime = otel_context._RUNTIME_CONTEXT
+    var = getattr(runtime, "_current_context", None)
+    if not isinstance(runtime, ContextVarsRuntimeContext) or not isinstance(var, contextvars.ContextVar):
+        return None, ("OpenTelemetry's runtime context is %s, not the contextvars one (set "
+                      "OTEL_PYTHON_CONTEXT=contextvars_context); samples carry no spans"
+                      % type(runtime).__name__)
+    probe_span = INVALID_SPAN
+    return (var, Context, _SPAN_KEY, set_span_in_context(probe_span), probe_span), None
 
 
 class Agent:
@@ -84,7 +78,6 @@ class Agent:
     def __init__(self, settings):
         self._settings = settings
         self._native = _start_native(settings, forked=False)
-        self._context_hook = None
         for problem in self._native.resource_problems:
             warnings.warn("span_profile: %s" % problem, RuntimeWarning, stacklevel=3)
         if self._native.walker.startswith("none"):
@@ -124,38 +117,19 @@ class Agent:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _install(self):
-        """Feeds the hooks from this agent: span processor, runtime context, threads."""
-        import opentelemetry.context as otel_context
-        from opentelemetry.trace import NonRecordingSpan
-        from opentelemetry.trace.propagation import _SPAN_KEY
-
+        """Feeds the hooks from this agent: span processor, threads, asyncio."""
         native = self._native
-        _hooks._NATIVE = native
+        _hooks.set_agent(native)
         _hooks.install_thread_hook()
         for t in threading.enumerate():
             if t.ident is not None:
                 native.thread_started(t.ident, t.name, getattr(t, "native_id", None) or 0)
-        original = otel_context._RUNTIME_CONTEXT
-        var = _stock_context_var(original)
-        hook = RuntimeContextHook(native.context_hook(original, _SPAN_KEY, NonRecordingSpan, var, SPAN_SLOT),
-                                  original, var)
-        otel_context._RUNTIME_CONTEXT = hook
-        self._context_hook = hook
-        hook.native.publish_current()
-        _asyncio.install(native, TASK_TAG, SPAN_SLOT)
+        _asyncio.install(native, TASK_TAG, SPAN_SLOT, _current_active)
 
     def _uninstall(self):
-        import opentelemetry.context as otel_context
-
         _asyncio.uninstall()
-        hook, self._context_hook = self._context_hook, None
-        if hook is not None:
-            hook.native.disable()
-            if otel_context._RUNTIME_CONTEXT is hook:
-                otel_context._RUNTIME_CONTEXT = hook.original
-            # Else something wrapped our hook in turn: it stays, disabled, delegating.
         if _hooks._NATIVE is self._native:
-            _hooks._NATIVE = None
+            _hooks.set_agent(None)
             _hooks.uninstall_thread_hook()
 
     def stop(self, timeout_s=5.0):
@@ -174,13 +148,12 @@ class Agent:
         """Counters of this agent (see :func:`span_profile.stats`)."""
         return self._native.stats()
 
-    def current_span(self, thread_ident=None):
-        """The span the sampler would attribute ``thread_ident``'s samples to now (default: the
-        calling thread) as an ``ActiveSpan`` (``.span_id``, ``.trace_id``, ``.local_root``), or
-        None. For tests and debugging."""
-        if thread_ident is None:
-            thread_ident = threading.get_ident()
-        return self._native.current(thread_ident)
+    def current_span(self):
+        """The span the sampler attributes the calling thread's samples to now, as an
+        ``ActiveSpan`` (``.span_id``, ``.trace_id``, ``.local_root``), or None: OpenTelemetry's
+        current span if our ``SpanProcessor`` started it, else the span a ``run_in_executor``
+        worker was handed. For tests and debugging."""
+        return _current_active(self._native)
 
     def _restart_after_fork(self):
         """In a forked child: the parent's sampler threads do not exist here. Abandon them and
@@ -243,11 +216,20 @@ def start(service=None, output=None, sample_rate_hz=None, window_s=None, **more)
     return agent
 
 
+def _current_active(native):
+    """See :meth:`Agent.current_span`."""
+    from opentelemetry.trace import get_current_span
+
+    active = native.active_of(get_current_span()) if native.reads_otel_context else None
+    return active if active is not None else SPAN_SLOT.get()
+
+
 def stats():
     """Counters of the running agent, or of the last one after it stopped (all zero if none
     ran): samples, windows, exports, drops and errors of the profiler; active keys, full slots
-    and unmatched exits of the span registry; spans started/ended, context publishes and hook
-    errors of the Python hooks; ``running`` and ``walker`` (what samples the stacks);
+    and unmatched exits of the span registry; spans started/ended and hook errors of the
+    Python hooks; ``span_objects`` (spans listed for the sampler), ``span_objects_full`` and
+    ``span_objects_evicted``; ``running`` and ``walker`` (what samples the stacks);
     ``failed`` and ``failure``: whether a failure (a panic in the sampler) stopped sampling, and
     the message that was then logged once on stderr (the application is never affected)."""
     agent = _LAST

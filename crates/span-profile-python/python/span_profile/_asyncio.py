@@ -8,9 +8,10 @@ and their subclasses) and ``uvloop.Loop``, whose ``create_task`` is its own. uvl
 when it is imported, before or after the agent starts.
 
 Spans need no hook for tasks: each task runs in a copy of its creator's context, which carries
-the span slot that the runtime-context hook keeps next to OpenTelemetry's current context.
-``run_in_executor`` (unlike ``to_thread``) does not copy the context into the worker, so it
-gets the submitter's span slot (only our ContextVar; the application's context is left alone).
+OpenTelemetry's current context, and the sampler reads that in place (ADR 0011).
+``run_in_executor`` (unlike ``to_thread``) does not copy the context into the worker, so the
+worker is handed the submitter's span in our own span slot (only our ContextVar; the
+application's context is left alone).
 """
 import functools
 import re
@@ -23,6 +24,7 @@ _DEFAULT = re.compile(r"Task-\d+\Z")
 _TAGGER = None  # name -> TaskTag of the running agent, or None
 _TAG_VAR = None
 _SLOT_VAR = None
+_CURRENT = None  # () -> the calling thread's ActiveSpan, or None
 #: loop class -> {method name: (the class's own method or None if inherited, our wrapper)}.
 _PATCHED = {}
 
@@ -37,8 +39,9 @@ def _with_slot(slot, func, *args):
 
 def _wrap_run_in_executor(original):
     def run_in_executor(self, executor, func, *args):
-        if _TAGGER is not None:
-            slot = _SLOT_VAR.get()
+        current = _CURRENT
+        if _TAGGER is not None and current is not None:
+            slot = current()
             if slot is not None:
                 func = functools.partial(_with_slot, slot, func)
         return original(self, executor, func, *args)
@@ -205,13 +208,15 @@ def _patch_module_create_task(install):
 _ORIGINAL_MODULE_CREATE = None
 
 
-def install(native, tag_var, slot_var):
+def install(native, tag_var, slot_var, current_active):
     """Tags tasks created by asyncio's own event loops (and their subclasses) and by uvloop's
-    for `native`, and hands the span slot to ``run_in_executor`` workers."""
-    global _TAGGER, _TAG_VAR, _SLOT_VAR
+    for `native`, and hands the submitter's span (``current_active(native)``) to
+    ``run_in_executor`` workers in `slot_var`."""
+    global _TAGGER, _TAG_VAR, _SLOT_VAR, _CURRENT
     import asyncio.base_events as base_events
 
     _TAG_VAR, _SLOT_VAR = tag_var, slot_var
+    _CURRENT = functools.partial(current_active, native)
     _TAGGER = _make_tagger(native)
     _patch(base_events.BaseEventLoop)
     uvloop = sys.modules.get("uvloop")
@@ -224,8 +229,9 @@ def install(native, tag_var, slot_var):
 
 def uninstall():
     """Stops tagging; restores the loops' methods unless something wrapped them in turn."""
-    global _TAGGER
+    global _TAGGER, _CURRENT
     _TAGGER = None
+    _CURRENT = None
     if _WATCHER in sys.meta_path:
         sys.meta_path.remove(_WATCHER)
     if "asyncio.base_events" not in sys.modules:

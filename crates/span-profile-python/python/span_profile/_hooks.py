@@ -4,6 +4,8 @@ import threading
 
 from opentelemetry.sdk.trace import SpanProcessor as _SdkSpanProcessor
 
+from . import _native
+
 # The native agent the hooks feed; None while no agent runs. Set by _agent.Agent.
 _NATIVE = None
 
@@ -16,29 +18,47 @@ class SpanProcessor(_SdkSpanProcessor):
 
     Add it to the TracerProvider: ``provider.add_span_processor(span_profile.SpanProcessor())``.
     On start it records the span (its parent, local root and ``http.route``) in the agent's span
-    table and sets the attribute ``pyroscope.profile.id`` to the span id (16 hex digits) on the
-    spans whose own id the output keeps samples under: every span for a directory or OTLP, the
-    local roots only for Pyroscope (unless ``PYROSCOPE_SPAN_SCOPE=all``). On end it records the
-    end time. Which span is current on a thread is tracked separately, by the
-    runtime-context hook that ``span_profile.start()`` installs. Does nothing while no agent runs.
-    It never raises into the application: failures are counted in ``stats()["hook_errors"]``.
+    table, lists the span object for the sampler, and sets the attribute
+    ``pyroscope.profile.id`` to the span id (16 hex digits) on the spans whose own id the output
+    keeps samples under: every span for a directory or OTLP, the local roots only for Pyroscope
+    (unless ``PYROSCOPE_SPAN_SCOPE=all``). On end it records the end time. Which span is current
+    on a thread is not tracked here: the sampler reads OpenTelemetry's own context and
+    attributes samples to its span when this processor started it. Does nothing while no agent
+    runs. It never raises into the application: failures are counted in
+    ``stats()["hook_errors"]``.
     """
 
+    def __init__(self):
+        # The SDK calls these for every span: builtins, so that no Python frame runs (unless
+        # a subclass overrides one). They feed the running agent (set_agent) and never raise;
+        # failures count in stats()["hook_errors"].
+        cls = type(self)
+        if cls.on_start is SpanProcessor.on_start:
+            self.on_start = _native.span_on_start
+        if cls.on_end is SpanProcessor.on_end:
+            self.on_end = _native.span_on_end
+        sdk_on_ending = getattr(_SdkSpanProcessor, "_on_ending", None)  # SDK 1.35+
+        if sdk_on_ending is not None and getattr(cls, "_on_ending", None) is sdk_on_ending:
+            self._on_ending = _native.span_on_ending
+
     def on_start(self, span, parent_context=None):
-        native = _NATIVE
-        if native is not None:
-            native.on_start(span)  # never raises; failures count in stats()["hook_errors"]
+        _native.span_on_start(span, parent_context)
 
     def on_end(self, span):
-        native = _NATIVE
-        if native is not None:
-            native.on_end(span)
+        _native.span_on_end(span)
 
     def shutdown(self):
         pass
 
     def force_flush(self, timeout_millis=30000):
         return True
+
+
+def set_agent(native):
+    """Feeds the span processors and the thread hook from `native` (None: from nothing)."""
+    global _NATIVE
+    _NATIVE = native
+    _native.set_span_hooks(native)
 
 
 _ORIGINAL_BOOTSTRAP_INNER = threading.Thread._bootstrap_inner

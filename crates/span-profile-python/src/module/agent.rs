@@ -8,7 +8,7 @@ use std::time::Duration;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyType};
+use pyo3::types::{PyDict, PyString};
 
 use span_profile_core::{
     ActiveSpanRegistry, ExecutionKey, ExportError, Profiler, ProfilerStats, SpanId, SpanScope,
@@ -16,11 +16,15 @@ use span_profile_core::{
 };
 use span_profile_export::{build_output, parse_output, ExporterEnv, Output};
 
-use super::context::{slot_layout, ContextHook, HookCounters, PyActiveSpan, TaskTag, CACHE_ATTR};
+use super::context::{slot_layout, HookCounters, PyActiveSpan, TaskTag};
 use super::settings;
 use super::span_hooks::{field, hex16, route_of, set_profile_id, span_context, text};
+use super::span_objects::SpanObjects;
 use super::walker::{self, WalkerHandles};
-use crate::walker::{ContextTarget, HamtTypes, ProcessVmReader, ReadMode, SlotData, SlotVar};
+use crate::walker::{
+    otel_span_object, ContextTarget, DictLayout, HamtTypes, MemoryReader, OtelTarget,
+    ProcessVmReader, PythonVersion, ReadMode, SlotData, SlotVar,
+};
 use span_profile_core::labels::LabelValues;
 use span_profile_core::{ActiveSpan, SpanContext};
 
@@ -35,6 +39,10 @@ pub(crate) struct NativeAgent {
     final_failure: Mutex<Option<String>>,
     registry: Arc<ActiveSpanRegistry>,
     spans: Arc<SpanTable>,
+    /// The SDK span objects our processor started, by address (ADR 0011).
+    span_objects: Arc<SpanObjects>,
+    /// Whether the sampler reads OpenTelemetry's current context (else no sample has a span).
+    reads_otel_context: bool,
     counters: Arc<HookCounters>,
     walker_handles: WalkerHandles,
     walker_kind: String,
@@ -49,12 +57,58 @@ pub(crate) struct NativeAgent {
     _context_vars: Vec<Py<PyAny>>,
 }
 
-/// What the walker needs to find our ContextVars' values in thread contexts, or `None` when
-/// this interpreter's HAMT node types cannot be found (samples then use the registry only).
+/// OpenTelemetry's context, as `start()` hands it over: its runtime context's ContextVar, the
+/// `Context` class, the span key, and a probe (a `Context` holding `probe_span` as its span).
+type OtelArgs<'a, 'py> = (
+    &'a Bound<'py, PyAny>,
+    &'a Bound<'py, PyAny>,
+    &'a Bound<'py, PyAny>,
+    &'a Bound<'py, PyAny>,
+    &'a Bound<'py, PyAny>,
+);
+
+/// [`OtelArgs`] as the constructor receives them.
+type OtelObjects<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+);
+
+/// The [`OtelTarget`] for OpenTelemetry's context, once a read of the probe context found the
+/// probe span; else the reason it cannot be read.
+fn otel_target(
+    reader: &dyn MemoryReader,
+    layout: DictLayout,
+    (var, context_type, span_key, probe_context, probe_span): OtelArgs<'_, '_>,
+) -> Result<OtelTarget, String> {
+    let target = OtelTarget {
+        var: var.as_ptr() as u64,
+        hash: var.hash().map_err(|e| e.to_string())? as i64,
+        context_type: context_type.as_ptr() as u64,
+        span_key: span_key.as_ptr() as u64,
+    };
+    match otel_span_object(reader, layout, &target, probe_context.as_ptr() as u64) {
+        Ok(Some(found)) if found == probe_span.as_ptr() as u64 => Ok(target),
+        Ok(found) => Err(format!(
+            "a probe context's span was read as {found:?}, not {:#x}",
+            probe_span.as_ptr() as u64
+        )),
+        Err(e) => Err(format!("a probe context could not be read: {e:?}")),
+    }
+}
+
+/// What the walker needs to find OpenTelemetry's context and our ContextVars' values in
+/// thread contexts, or `None` when this interpreter's HAMT node types cannot be found (samples
+/// then carry no span). A problem with OpenTelemetry's context is pushed to `problems`.
 fn context_target(
     py: Python<'_>,
+    python_version: (u8, u8),
+    otel: Option<OtelArgs<'_, '_>>,
     slot_var: Option<&Bound<'_, PyAny>>,
     task_var: Option<&Bound<'_, PyAny>>,
+    problems: &mut Vec<String>,
 ) -> PyResult<Option<ContextTarget>> {
     let types = match HamtTypes::current_process() {
         Some(t) => Some(t),
@@ -106,7 +160,28 @@ fn context_target(
         }
         None => SlotVar::default(),
     };
-    Ok(Some(ContextTarget { types, span, task }))
+    let layout = DictLayout::for_version(PythonVersion::new(python_version.0, python_version.1));
+    let otel = match (otel, ProcessVmReader::new()) {
+        (Some(args), Ok(reader)) => otel_target(&reader, layout, args).unwrap_or_else(|why| {
+            problems.push(format!(
+                "OpenTelemetry's current context cannot be read ({why}); samples carry no spans"
+            ));
+            OtelTarget::default()
+        }),
+        (Some(_), Err(e)) => {
+            problems.push(format!(
+                "OpenTelemetry's current context cannot be read ({e}); samples carry no spans"
+            ));
+            OtelTarget::default()
+        }
+        (None, _) => OtelTarget::default(),
+    };
+    Ok(Some(ContextTarget {
+        types,
+        otel,
+        span,
+        task,
+    }))
 }
 
 fn start_error(e: StartError) -> PyErr {
@@ -181,11 +256,9 @@ impl NativeAgent {
         ) else {
             return Ok(());
         };
-        let links = self.link_scope.links(parent_id == 0 || remote);
-        let profile_id = hex16(active.0.ctx.span_id.to_u64());
-        span.setattr(intern!(py, CACHE_ATTR), Bound::new(py, active)?)?;
-        if links {
-            set_profile_id(span, &profile_id)?;
+        self.span_objects.insert(span, active.0);
+        if self.link_scope.links(parent_id == 0 || remote) {
+            set_profile_id(span, &hex16(active.0.ctx.span_id.to_u64()))?;
         }
         Ok(())
     }
@@ -213,7 +286,7 @@ impl NativeAgent {
     #[new]
     #[pyo3(signature = (*, output, sample_rate_hz, window_s, service=None, version=None,
                         environment=None, instance=None, forked=false, python_version=(3, 0),
-                        overhead_budget=0.01, slot_var=None, task_var=None))]
+                        overhead_budget=0.01, otel=None, slot_var=None, task_var=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -227,6 +300,7 @@ impl NativeAgent {
         forked: bool,
         python_version: (u8, u8),
         overhead_budget: f64,
+        otel: Option<OtelObjects<'_>>,
         slot_var: Option<&Bound<'_, PyAny>>,
         task_var: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
@@ -254,7 +328,7 @@ impl NativeAgent {
         let built = build_output(output, &ExporterEnv::from_process())
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let (exporter, link_scope) = (built.exporter, built.span_scope);
-        let (resource, resource_problems) =
+        let (resource, mut resource_problems) =
             settings::resource(service, version, environment, instance, forked);
         let service = resource.service.clone();
         let instance = resource.instance.clone();
@@ -262,10 +336,20 @@ impl NativeAgent {
             Ok(v) => ReadMode::parse(&v).map_err(PyValueError::new_err)?,
             Err(_) => ReadMode::Guarded,
         };
+        let span_objects = Arc::new(SpanObjects::default());
+        let target = context_target(
+            py,
+            python_version,
+            otel.as_ref().map(|(a, b, c, d, e)| (a, b, c, d, e)),
+            slot_var,
+            task_var,
+            &mut resource_problems,
+        )?;
+        let reads_otel_context = target.is_some_and(|t| t.otel.var != 0);
         let (walker, walker_handles, walker_kind) = walker::build(
             python_version.0,
             python_version.1,
-            context_target(py, slot_var, task_var)?,
+            target.map(|t| (t, span_objects.table())),
             read_mode,
         );
         let registry = Arc::new(ActiveSpanRegistry::default());
@@ -288,6 +372,8 @@ impl NativeAgent {
             final_failure: Mutex::new(None),
             registry,
             spans,
+            span_objects,
+            reads_otel_context,
             counters: Arc::new(HookCounters::default()),
             walker_handles,
             walker_kind,
@@ -299,6 +385,7 @@ impl NativeAgent {
             _context_vars: slot_var
                 .into_iter()
                 .chain(task_var)
+                .chain(otel.iter().flat_map(|(var, ty, key, _, _)| [var, ty, key]))
                 .map(|v| v.clone().unbind())
                 .collect(),
         })
@@ -372,18 +459,11 @@ impl NativeAgent {
         self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Publishes `active` (or no span) as current on thread `thread` (a `threading.get_ident()`).
-    #[pyo3(signature = (thread, active))]
-    fn set_current(&self, thread: u64, active: Option<&Bound<'_, PyActiveSpan>>) {
-        self.registry
-            .set_current(ExecutionKey::thread(thread), active.map(|a| a.get().0));
-    }
-
-    /// The span published for thread `thread`, if any.
-    fn current(&self, thread: u64) -> Option<PyActiveSpan> {
-        self.registry
-            .current(ExecutionKey::thread(thread))
-            .map(PyActiveSpan::new)
+    /// What `span` (an SDK span object) is listed as in the span-object table: the span the
+    /// sampler attributes samples to while `span` is current, or `None` if our processor did
+    /// not start it (or let it go).
+    fn active_of(&self, span: &Bound<'_, PyAny>) -> Option<PyActiveSpan> {
+        self.span_objects.get(span).map(PyActiveSpan::new)
     }
 
     /// A thread started (or was found running at start): its name for samples, and its OS
@@ -402,34 +482,12 @@ impl NativeAgent {
         self.walker_handles.threads.forget(thread);
     }
 
-    /// The runtime-context wrapper to install as `opentelemetry.context._RUNTIME_CONTEXT`.
-    /// `context_var`: the stock `ContextVarsRuntimeContext`'s ContextVar, to call directly.
-    /// `slot_var`: our span slot ContextVar, set next to OpenTelemetry's on every publish.
-    #[pyo3(signature = (original, span_key, non_recording_span, context_var=None, slot_var=None))]
-    fn context_hook(
-        &self,
-        original: &Bound<'_, PyAny>,
-        span_key: &Bound<'_, PyString>,
-        non_recording_span: &Bound<'_, PyType>,
-        context_var: Option<&Bound<'_, PyAny>>,
-        slot_var: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<ContextHook> {
-        ContextHook::new(
-            original,
-            context_var,
-            span_key,
-            non_recording_span,
-            self.registry.clone(),
-            self.counters.clone(),
-            slot_var,
-        )
-    }
-
     /// Stops sampling, writes the last window and waits up to `timeout_s` for the exporter.
     /// Returns `None` on success or a message saying what did not finish. Idempotent.
     #[pyo3(signature = (timeout_s=5.0))]
     fn stop(&self, py: Python<'_>, timeout_s: f64) -> Option<String> {
         let profiler = self.lock_profiler().take()?;
+        self.span_objects.clear();
         let timeout = Duration::from_secs_f64(timeout_s.clamp(0.0, 3600.0));
         // The sampler and exporter never need the GIL; let Python threads run meanwhile.
         let (result, stats) = py.detach(move || {
@@ -462,6 +520,7 @@ impl NativeAgent {
     /// In a forked child: the parent's threads do not exist here, so the profiler is
     /// abandoned without a shutdown (which would wait for them).
     fn abandon_after_fork(&self) {
+        self.span_objects.clear();
         if let Some(p) = self.lock_profiler().take() {
             *self
                 .final_stats
@@ -485,6 +544,13 @@ impl NativeAgent {
     #[getter]
     fn instance(&self) -> Option<&str> {
         self.instance.as_deref()
+    }
+
+    /// Whether samples take their span from OpenTelemetry's current context (false when the
+    /// runtime context or this interpreter's contexts cannot be read).
+    #[getter]
+    fn reads_otel_context(&self) -> bool {
+        self.reads_otel_context
     }
 
     #[getter]
@@ -531,8 +597,11 @@ impl NativeAgent {
         d.set_item("registry_contended_reads", r.contended_reads)?;
         d.set_item("spans_started", c.spans_started.load(Ordering::Relaxed))?;
         d.set_item("spans_ended", c.spans_ended.load(Ordering::Relaxed))?;
-        d.set_item("context_publishes", c.publishes.load(Ordering::Relaxed))?;
         d.set_item("hook_errors", c.hook_errors.load(Ordering::Relaxed))?;
+        let o = self.span_objects.stats();
+        d.set_item("span_objects", o.listed)?;
+        d.set_item("span_objects_full", o.full)?;
+        d.set_item("span_objects_evicted", o.evicted)?;
         if let Some(w) = &self.walker_handles.counters {
             let w = w.snapshot();
             d.set_item("walker_samples", w.samples)?;
@@ -550,10 +619,64 @@ impl NativeAgent {
             d.set_item("context_lookups", c.lookups)?;
             d.set_item("context_spans", c.spans)?;
             d.set_item("context_no_span", c.no_span)?;
+            d.set_item("context_untracked", c.untracked)?;
             d.set_item("context_tasks", c.tasks)?;
             d.set_item("context_invalid", c.invalid)?;
             d.set_item("context_switched", c.switched)?;
         }
         Ok(d)
     }
+}
+
+/// The agent the span processor's entry points feed: set by `span_profile.start()`, cleared
+/// by `stop()`. Read under the GIL on every span start and end.
+static SPAN_HOOKS: std::sync::RwLock<Option<Py<NativeAgent>>> = std::sync::RwLock::new(None);
+
+fn span_hooks_agent(py: Python<'_>) -> Option<Py<NativeAgent>> {
+    SPAN_HOOKS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .map(|a| a.clone_ref(py))
+}
+
+/// Points the span processor's entry points at `agent` (or at nothing).
+#[pyfunction]
+#[pyo3(signature = (agent))]
+pub(crate) fn set_span_hooks(agent: Option<Py<NativeAgent>>) {
+    let old = std::mem::replace(
+        &mut *SPAN_HOOKS.write().unwrap_or_else(PoisonError::into_inner),
+        agent,
+    );
+    // Released outside the lock.
+    drop(old);
+}
+
+/// `SpanProcessor.on_start`, as a builtin the SDK calls without a Python frame: records the
+/// span with the running agent (see [`NativeAgent::on_start`]). Never raises.
+#[pyfunction]
+#[pyo3(signature = (span, parent_context=None))]
+pub(crate) fn span_on_start(
+    py: Python<'_>,
+    span: &Bound<'_, PyAny>,
+    parent_context: Option<&Bound<'_, PyAny>>,
+) {
+    let _ = parent_context;
+    if let Some(agent) = span_hooks_agent(py) {
+        agent.get().on_start(span);
+    }
+}
+
+/// `SpanProcessor.on_end`, as a builtin (see [`NativeAgent::on_end`]). Never raises.
+#[pyfunction]
+pub(crate) fn span_on_end(py: Python<'_>, span: &Bound<'_, PyAny>) {
+    if let Some(agent) = span_hooks_agent(py) {
+        agent.get().on_end(span);
+    }
+}
+
+/// `SpanProcessor._on_ending` (called by recent SDKs just before `on_end`): nothing to do.
+#[pyfunction]
+pub(crate) fn span_on_ending(span: &Bound<'_, PyAny>) {
+    let _ = span;
 }

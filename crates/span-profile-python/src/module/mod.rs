@@ -5,6 +5,7 @@ mod agent;
 mod context;
 mod settings;
 mod span_hooks;
+mod span_objects;
 mod standin;
 mod walker;
 
@@ -16,12 +17,14 @@ use pyo3::prelude::*;
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::NativeAgent>()?;
     m.add_class::<context::PyActiveSpan>()?;
-    m.add_class::<context::ContextHook>()?;
     m.add_class::<context::TaskTag>()?;
-    m.add("CACHE_ATTR", context::CACHE_ATTR)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(parse_output, m)?)?;
     m.add_function(wrap_pyfunction!(thread_ident, m)?)?;
+    m.add_function(wrap_pyfunction!(agent::set_span_hooks, m)?)?;
+    m.add_function(wrap_pyfunction!(agent::span_on_start, m)?)?;
+    m.add_function(wrap_pyfunction!(agent::span_on_end, m)?)?;
+    m.add_function(wrap_pyfunction!(agent::span_on_ending, m)?)?;
     Ok(())
 }
 

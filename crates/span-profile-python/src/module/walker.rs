@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use span_profile_core::ActiveSpanRegistry;
+
 use crate::walker::{
     ContextCounters, ContextTarget, PythonVersion, PythonWalker, ReadMode, TaskNames,
     ThreadRegistry, WalkerConfig, WalkerCounters,
@@ -23,19 +25,20 @@ pub(crate) struct WalkerHandles {
 
 /// The walker for `major.minor`, its handles, and a description for `stats()` (`"cpython 3.12"`
 /// or `"none: <why>"`). With `context`, samples take their span and task name from the
-/// context running on each thread. `reads` says how interpreter memory is copied.
+/// context running on each thread, resolving span objects in the span-object table that comes
+/// with it. `reads` says how interpreter memory is copied.
 pub(crate) fn build(
     major: u8,
     minor: u8,
-    context: Option<ContextTarget>,
+    context: Option<(ContextTarget, Arc<ActiveSpanRegistry>)>,
     reads: ReadMode,
 ) -> (Boxed, WalkerHandles, String) {
     let version = PythonVersion::new(major, minor);
     match PythonWalker::for_current_process_with(version, WalkerConfig::default(), reads) {
         Ok(mut w) => {
             let with_context = context.is_some();
-            if let Some(target) = context {
-                w = w.with_context(target);
+            if let Some((target, span_objects)) = context {
+                w = w.with_context(target).with_span_objects(span_objects);
             }
             let handles = WalkerHandles {
                 threads: w.registry().clone(),

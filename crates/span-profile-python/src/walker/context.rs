@@ -1,16 +1,18 @@
 //! The span (and asyncio task name) of the context that is running on a thread, read from
 //! interpreter memory at the sample instant.
 //!
-//! The runtime-context hook stores a `span_profile._native.ActiveSpan` in our own ContextVar
-//! next to OpenTelemetry's, in the same `Context`; the task factory stores a `TaskTag` in a
-//! second ContextVar of each task's context. Every copy of a context (asyncio tasks,
-//! `copy_context().run`, `asyncio.to_thread`, `run_in_executor`) carries both along, and
-//! asyncio runs each task step inside its context (`Context.run`), so what is entered on the
-//! thread when we sample is exactly the running task's (or thread's) context.
+//! OpenTelemetry's runtime context keeps the current `Context` (a `dict` subclass) in a
+//! ContextVar, and the span under one key of that dict (ADR 0011). The task factory stores a
+//! `TaskTag` in a ContextVar of our own in each task's context, and a `run_in_executor` worker
+//! gets the submitter's span in a third (`SPAN_SLOT`). Every copy of a context (asyncio tasks,
+//! `copy_context().run`, `asyncio.to_thread`) carries them along, and asyncio runs each task
+//! step inside its context (`Context.run`), so what is entered on the thread when we sample is
+//! exactly the running task's (or thread's) context.
 //!
-//! Per thread: `tstate->context` → `PyContext.ctx_vars` (an immutable HAMT) → look our
-//! ContextVar up by its hash → check the value's `ob_type` and magic → read the ids at the
-//! offset the module measured. The cost does not depend on how many tasks exist: only the
+//! Per thread: `tstate->context` → `PyContext.ctx_vars` (an immutable HAMT) → look
+//! OpenTelemetry's ContextVar up by its hash → check the value is a `Context` → find the span
+//! key among its dict entries → look the span object's address up in the span-object table
+//! that our span processor fills. The cost does not depend on how many tasks exist: only the
 //! running context is read. Every node read is validated against the HAMT node types, the
 //! depth and sizes are capped, and every failure is a counter (the sample then falls back to
 //! the thread's registry entry).
@@ -21,7 +23,8 @@ use std::sync::{Arc, Mutex};
 
 use span_profile_core::labels::LabelId;
 use span_profile_core::{
-    ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId, WalkError,
+    ActiveSpan, ActiveSpanRegistry, ExecutionKey, RawSample, SpanContext, SpanId, StackSink,
+    TraceId, WalkError,
 };
 
 use super::layout::{
@@ -233,12 +236,31 @@ pub struct SlotVar {
     pub data_offset: usize,
 }
 
+/// OpenTelemetry's own current context, read in place (ADR 0011): the ContextVar of its
+/// runtime context, the type of the `Context` it holds (a `dict` subclass), and the key under
+/// which that dict keeps the current span.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OtelTarget {
+    /// `id(var)` of `ContextVarsRuntimeContext._current_context` (`0`: not read).
+    pub var: u64,
+    /// `hash(var)`.
+    pub hash: i64,
+    /// `id(opentelemetry.context.Context)`: the value must be exactly of this type.
+    pub context_type: u64,
+    /// `id(_SPAN_KEY)`: contexts are built by copying and setting this very key object, so
+    /// keys are compared by identity.
+    pub span_key: u64,
+}
+
 /// What the walker needs to read spans and task names from thread contexts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ContextTarget {
     /// Node types for validation.
     pub types: HamtTypes,
-    /// The span slot ContextVar (`var == 0`: spans are not read).
+    /// OpenTelemetry's context variable (`var == 0`: not read).
+    pub otel: OtelTarget,
+    /// The span slot ContextVar, set only around `run_in_executor` calls, where the worker
+    /// does not run in the submitter's context (`var == 0`: not read).
     pub span: SlotVar,
     /// The task tag ContextVar (`var == 0`: task names are not read).
     pub task: SlotVar,
@@ -289,6 +311,9 @@ pub struct ContextCounters {
     pub spans: AtomicU64,
     /// Contexts (or threads without one) that hold no span.
     pub no_span: AtomicU64,
+    /// Contexts whose current span is one our span processor did not start (another
+    /// tracer provider's, or a sampled-out `NonRecordingSpan`): not attributed.
+    pub untracked: AtomicU64,
     /// Samples that carried a task name.
     pub tasks: AtomicU64,
     /// Failed reads or validations (the sample falls back to the registry).
@@ -309,6 +334,8 @@ pub struct ContextStats {
     pub spans: u64,
     /// See [`ContextCounters::no_span`].
     pub no_span: u64,
+    /// See [`ContextCounters::untracked`].
+    pub untracked: u64,
     /// See [`ContextCounters::tasks`].
     pub tasks: u64,
     /// See [`ContextCounters::invalid`].
@@ -325,6 +352,7 @@ impl ContextCounters {
             lookups: g(&self.lookups),
             spans: g(&self.spans),
             no_span: g(&self.no_span),
+            untracked: g(&self.untracked),
             tasks: g(&self.tasks),
             invalid: g(&self.invalid),
             switched: g(&self.switched),
@@ -468,6 +496,122 @@ pub fn hamt_find(
     Err(ContextError::TooDeep)
 }
 
+/// The key under which [`NativeAgent`](crate) records a span object in the span-object table:
+/// the object's address. The table holds a reference to every object it lists, so an address
+/// found there is that very span, alive.
+pub fn span_object_key(addr: u64) -> ExecutionKey {
+    ExecutionKey::thread(addr)
+}
+
+/// How a `dict`'s keys object lays out its entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DictLayout {
+    /// 3.9 and 3.10: `dk_size` at 8, `dk_nentries` at 32, indices at 40 sized by `dk_size`,
+    /// entries of (hash, key, value).
+    Py39,
+    /// 3.11 to 3.13: `dk_log2_size`, `dk_log2_index_bytes` and `dk_kind` bytes at 8, 9 and 10,
+    /// `dk_nentries` at 24, indices at 32; entries of (key, value) when every key is a `str`,
+    /// else (hash, key, value).
+    Py311,
+}
+
+impl DictLayout {
+    /// The layout of CPython `version`.
+    pub fn for_version(version: PythonVersion) -> Self {
+        if version.minor >= 11 {
+            Self::Py311
+        } else {
+            Self::Py39
+        }
+    }
+}
+
+/// `PyDictObject.ma_keys` and `ma_values` (3.9 to 3.13).
+const DICT_KEYS: usize = 32;
+const DICT_VALUES: usize = 40;
+/// Bytes read of a dict object and of its keys object's header.
+const DICT_HEAD: usize = 48;
+/// Most entries scanned in a context dict (OpenTelemetry contexts hold a handful of keys).
+pub const MAX_CONTEXT_ENTRIES: u64 = 32;
+
+/// The value stored under `key` (an object address, compared by identity) in the combined
+/// `dict` whose first [`DICT_HEAD`] bytes are `head`, by a scan of its entries. `Ok(None)`:
+/// not there. A split table, an implausible size or more than [`MAX_CONTEXT_ENTRIES`] entries
+/// is [`ContextError::Invalid`].
+pub fn dict_find(
+    reader: &dyn MemoryReader,
+    layout: DictLayout,
+    head: &[u8],
+    key: u64,
+) -> Result<Option<u64>, ContextError> {
+    if field_u64(head, DICT_VALUES) != 0 {
+        return Err(ContextError::Invalid);
+    }
+    let keys = field_u64(head, DICT_KEYS);
+    if keys == 0 {
+        return Err(ContextError::Invalid);
+    }
+    let mut k = [0u8; DICT_HEAD];
+    reader.read(keys, &mut k[..40])?;
+    let (entries, nentries, size, key_at, value_at) = match layout {
+        DictLayout::Py39 => {
+            let size = field_u64(&k, 8);
+            if size == 0 || !size.is_power_of_two() || size > 1 << 32 {
+                return Err(ContextError::Invalid);
+            }
+            let index_bytes = match size {
+                0..=0xff => 1,
+                0x100..=0xffff => 2,
+                _ => 4,
+            };
+            (keys + 40 + size * index_bytes, field_u64(&k, 32), 24, 8, 16)
+        }
+        DictLayout::Py311 => {
+            let (log2_size, log2_index_bytes, kind) = (k[8], k[9], k[10]);
+            if log2_size > 32 || log2_index_bytes > 35 || log2_index_bytes < log2_size {
+                return Err(ContextError::Invalid);
+            }
+            let (size, key_at, value_at) = if kind == 0 { (24, 8, 16) } else { (16, 0, 8) };
+            (
+                keys + 32 + (1u64 << log2_index_bytes),
+                field_u64(&k, 24),
+                size,
+                key_at,
+                value_at,
+            )
+        }
+    };
+    if nentries > MAX_CONTEXT_ENTRIES {
+        return Err(ContextError::Invalid);
+    }
+    let mut buf = [0u8; MAX_CONTEXT_ENTRIES as usize * 24];
+    let buf = buf
+        .get_mut(..nentries as usize * size)
+        .ok_or(ContextError::Invalid)?;
+    reader.read(entries, buf)?;
+    Ok(buf
+        .chunks_exact(size)
+        .find(|e| field_u64(e, key_at) == key)
+        .map(|e| field_u64(e, value_at))
+        .filter(|&v| v != 0))
+}
+
+/// The span object current in OpenTelemetry's `Context` at `context` (a dict subclass of type
+/// `otel.context_type`), or `None` when it holds no span.
+pub fn otel_span_object(
+    reader: &dyn MemoryReader,
+    layout: DictLayout,
+    otel: &OtelTarget,
+    context: u64,
+) -> Result<Option<u64>, ContextError> {
+    let mut head = [0u8; DICT_HEAD];
+    reader.read(context, &mut head)?;
+    if field_u64(&head, OB_TYPE) != otel.context_type {
+        return Err(ContextError::Invalid);
+    }
+    dict_find(reader, layout, &head, otel.span_key)
+}
+
 /// Reads the slot of `var` in the context at `ctx_vars`' root. `Ok(None)`: not set, or set
 /// to something that is not ours (such as `None`).
 fn read_slot(
@@ -531,7 +675,10 @@ pub(crate) struct Resolution {
 #[derive(Debug)]
 pub(crate) struct ContextReader {
     tstate_context: Option<usize>,
+    dict_layout: DictLayout,
     target: Option<ContextTarget>,
+    /// The span-object table the span processor fills ([`span_object_key`]).
+    span_objects: Option<Arc<ActiveSpanRegistry>>,
     names: TaskNames,
     counters: Arc<ContextCounters>,
     task: NameBuf,
@@ -562,7 +709,9 @@ impl ContextReader {
     pub(crate) fn new(version: PythonVersion) -> Self {
         Self {
             tstate_context: tstate_context(version),
+            dict_layout: DictLayout::for_version(version),
             target: None,
+            span_objects: None,
             names: TaskNames::default(),
             counters: Arc::default(),
             task: NameBuf::new(),
@@ -717,12 +866,35 @@ impl ContextReader {
         if root == 0 {
             return Err(ContextError::Invalid);
         }
-        let span = if target.span.var != 0 {
-            read_slot(reader, &target.types, root, &target.span, SPAN_MAGIC)?
-                .and_then(|s| s.active_span())
-        } else {
-            None
-        };
+        // OpenTelemetry's own context first: its span, if our processor started it.
+        let mut span = None;
+        if target.otel.var != 0 {
+            let found = hamt_find(
+                reader,
+                &target.types,
+                root,
+                target.otel.var,
+                hamt_hash(target.otel.hash),
+            )?;
+            if let Some(context) = found {
+                if let Some(obj) =
+                    otel_span_object(reader, self.dict_layout, &target.otel, context)?
+                {
+                    span = self
+                        .span_objects
+                        .as_ref()
+                        .and_then(|t| t.current(span_object_key(obj)));
+                    if span.is_none() {
+                        bump(&self.counters.untracked);
+                    }
+                }
+            }
+        }
+        // Else the span a `run_in_executor` worker was handed.
+        if span.is_none() && target.span.var != 0 {
+            span = read_slot(reader, &target.types, root, &target.span, SPAN_MAGIC)?
+                .and_then(|s| s.active_span());
+        }
         let task = if target.task.var != 0 {
             read_slot(reader, &target.types, root, &target.task, TASK_MAGIC)?.map(|s| s.name_id)
         } else {
@@ -799,6 +971,13 @@ impl<R: MemoryReader> PythonWalker<R> {
     /// using the registry.
     pub fn with_context(mut self, target: ContextTarget) -> Self {
         self.ctx.target = Some(target);
+        self
+    }
+
+    /// The span-object table that [`OtelTarget`] lookups resolve span objects in (filled by
+    /// the span processor, keyed by [`span_object_key`]).
+    pub fn with_span_objects(mut self, table: Arc<ActiveSpanRegistry>) -> Self {
+        self.ctx.span_objects = Some(table);
         self
     }
 
@@ -1013,6 +1192,7 @@ mod tests {
         assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown); // not configured
         r.target = Some(ContextTarget {
             types: TYPES,
+            otel: OtelTarget::default(),
             span: span_var,
             task: task_var,
         });
@@ -1073,5 +1253,191 @@ mod tests {
         assert_eq!(buf.as_str(), OTHER_TASK);
         names.lookup(2, &mut buf);
         assert_eq!(buf.as_str(), "t1");
+    }
+
+    const OTEL_CONTEXT_TYPE: u64 = 0xe0_0000;
+    const SPAN_KEY: u64 = 0xe1_0000;
+
+    impl Image {
+        /// A combined dict of `layout` holding `entries` (key, value), with its keys object;
+        /// `deleted` leaves a hole (key NULL, or 3.9's dummy with a NULL value) first.
+        fn dict(&mut self, layout: DictLayout, ty: u64, entries: &[(u64, u64)], hole: bool) -> u64 {
+            let mut all: Vec<(u64, u64)> = Vec::new();
+            if hole {
+                all.push((if layout == DictLayout::Py39 { 0x77 } else { 0 }, 0));
+            }
+            all.extend_from_slice(entries);
+            let n = all.len() as u64;
+            let mut keys: Vec<u64> = match layout {
+                // refcnt, dk_size 8, lookup, usable, nentries; then 8 one-byte indices.
+                DictLayout::Py39 => vec![1, 8, 0, 8 - n, n, 0],
+                // refcnt, log2_size 3 | log2_index_bytes 3 << 8 | kind UNICODE << 16,
+                // usable, nentries; then 8 one-byte indices.
+                DictLayout::Py311 => vec![1, 3 | 3 << 8 | 1 << 16, 8 - n, n, 0],
+            };
+            for (k, v) in all {
+                if layout == DictLayout::Py39 {
+                    keys.push(0x1234); // me_hash
+                }
+                keys.push(k);
+                keys.push(v);
+            }
+            let keys = self.alloc(&keys);
+            self.alloc(&[1, ty, n, 0, keys, 0])
+        }
+    }
+
+    #[test]
+    fn finds_the_span_key_in_a_context_dict_of_every_layout() {
+        for layout in [DictLayout::Py39, DictLayout::Py311] {
+            let mut m = Image::new();
+            let d = m.dict(
+                layout,
+                OTEL_CONTEXT_TYPE,
+                &[(0x10, 1), (SPAN_KEY, 0xabc)],
+                true,
+            );
+            let mut head = [0u8; DICT_HEAD];
+            m.mem.read(d, &mut head).unwrap();
+            assert_eq!(
+                dict_find(&m.mem, layout, &head, SPAN_KEY),
+                Ok(Some(0xabc)),
+                "{layout:?}"
+            );
+            assert_eq!(
+                dict_find(&m.mem, layout, &head, 0x99),
+                Ok(None),
+                "{layout:?}"
+            );
+            let empty = m.dict(layout, OTEL_CONTEXT_TYPE, &[], false);
+            m.mem.read(empty, &mut head).unwrap();
+            assert_eq!(
+                dict_find(&m.mem, layout, &head, SPAN_KEY),
+                Ok(None),
+                "{layout:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_split_or_oversized_dict_is_invalid_not_guessed() {
+        let mut m = Image::new();
+        let d = m.dict(
+            DictLayout::Py311,
+            OTEL_CONTEXT_TYPE,
+            &[(SPAN_KEY, 5)],
+            false,
+        );
+        let mut head = [0u8; DICT_HEAD];
+        m.mem.read(d, &mut head).unwrap();
+        let mut split = head;
+        split[DICT_VALUES..DICT_VALUES + 8].copy_from_slice(&0x5000u64.to_le_bytes());
+        assert_eq!(
+            dict_find(&m.mem, DictLayout::Py311, &split, SPAN_KEY),
+            Err(ContextError::Invalid)
+        );
+        let keys = field_u64(&head, DICT_KEYS);
+        m.mem.write_u64(keys + 24, MAX_CONTEXT_ENTRIES + 1);
+        assert_eq!(
+            dict_find(&m.mem, DictLayout::Py311, &head, SPAN_KEY),
+            Err(ContextError::Invalid)
+        );
+        let mut dangling = head;
+        dangling[DICT_KEYS..DICT_KEYS + 8].copy_from_slice(&0xdead_0000u64.to_le_bytes());
+        assert!(matches!(
+            dict_find(&m.mem, DictLayout::Py311, &dangling, SPAN_KEY),
+            Err(ContextError::Read(_))
+        ));
+    }
+
+    #[test]
+    fn the_span_comes_from_opentelemetrys_context_when_our_processor_started_it() {
+        let mut m = Image::new();
+        let version = PythonVersion::new(3, 12);
+        let off = tstate_context(version).unwrap();
+        let otel = OtelTarget {
+            var: 0x7000,
+            hash: 0x55,
+            context_type: OTEL_CONTEXT_TYPE,
+            span_key: SPAN_KEY,
+        };
+        let slot_var = SlotVar {
+            var: 0x5000,
+            hash: 0x1111_2222_3333_4444,
+            value_type: SLOT_TYPE,
+            data_offset: 16,
+        };
+        let active = |id: u64| ActiveSpan {
+            ctx: SpanContext {
+                trace_id: TraceId::from_u128(7).unwrap(),
+                span_id: SpanId::from_u64(id).unwrap(),
+                local_root_span_id: SpanId::from_u64(1).unwrap(),
+            },
+            route: LabelId(3),
+        };
+        let (ours, foreign, handed) = (0xa000u64, 0xb000u64, m.slot(SlotData::span(&active(9))));
+        let table = Arc::new(ActiveSpanRegistry::default());
+        table.set_current(span_object_key(ours), Some(active(2)));
+        let thread = |m: &mut Image, span: Option<u64>, slot: Option<u64>| {
+            let entries: Vec<(u64, u64)> = span.map(|s| (SPAN_KEY, s)).into_iter().collect();
+            let ctx_dict = m.dict(DictLayout::Py311, OTEL_CONTEXT_TYPE, &entries, false);
+            let (ho, hs) = (hamt_hash(otel.hash), hamt_hash(slot_var.hash));
+            assert_ne!(idx(ho, 0), idx(hs, 0));
+            let mut pairs = vec![(idx(ho, 0), otel.var, ctx_dict)];
+            if let Some(s) = slot {
+                pairs.push((idx(hs, 0), slot_var.var, s));
+            }
+            let root = m.bitmap(&pairs);
+            let hamt = m.alloc(&[1, TYPES.hamt, root, 0, pairs.len() as u64]);
+            let ctx = m.alloc(&[1, TYPES.context, 0, hamt, 0, 0]);
+            let mut tstate = vec![0u64; off / 8 + 2];
+            tstate[off / 8] = ctx;
+            m.alloc(&tstate)
+        };
+        let with_ours = thread(&mut m, Some(ours), None);
+        let with_foreign = thread(&mut m, Some(foreign), None);
+        let without = thread(&mut m, None, None);
+        let in_worker = thread(&mut m, None, Some(handed));
+        let ours_in_worker = thread(&mut m, Some(ours), Some(handed));
+
+        let mut r = ContextReader::new(version);
+        r.target = Some(ContextTarget {
+            types: TYPES,
+            otel,
+            span: slot_var,
+            task: SlotVar::default(),
+        });
+        r.span_objects = Some(table.clone());
+        assert_eq!(
+            r.resolve(&m.mem, with_ours),
+            ContextSpan::Known(Some(active(2)))
+        );
+        // A span our processor did not start is not attributed, and is counted.
+        assert_eq!(r.resolve(&m.mem, with_foreign), ContextSpan::Known(None));
+        assert_eq!(r.counters.snapshot().untracked, 1);
+        assert_eq!(r.resolve(&m.mem, without), ContextSpan::Known(None));
+        // A run_in_executor worker runs under the span it was handed...
+        assert_eq!(
+            r.resolve(&m.mem, in_worker),
+            ContextSpan::Known(Some(active(9)))
+        );
+        // ...unless it made a span of its own current.
+        assert_eq!(
+            r.resolve(&m.mem, ours_in_worker),
+            ContextSpan::Known(Some(active(2)))
+        );
+        // Once the table lets the object go, its samples carry no span.
+        table.forget(span_object_key(ours));
+        assert_eq!(r.resolve(&m.mem, with_ours), ContextSpan::Known(None));
+        // A value that is not an OpenTelemetry Context is not read as one.
+        let not_a_context = m.dict(DictLayout::Py311, 0x1, &[(SPAN_KEY, ours)], false);
+        let root = m.bitmap(&[(idx(hamt_hash(otel.hash), 0), otel.var, not_a_context)]);
+        let hamt = m.alloc(&[1, TYPES.hamt, root, 0, 1]);
+        let ctx = m.alloc(&[1, TYPES.context, 0, hamt, 0, 0]);
+        let mut tstate = vec![0u64; off / 8 + 2];
+        tstate[off / 8] = ctx;
+        let ts = m.alloc(&tstate);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown);
+        assert_eq!(r.counters.snapshot().invalid, 1);
     }
 }

@@ -64,9 +64,10 @@ mod tests;
 pub mod testing;
 
 pub use context::{
-    hamt_find, hamt_hash, ContextCounters, ContextError, ContextSpan, ContextStats, ContextTarget,
-    HamtTypes, SlotData, SlotVar, TaskNames, MAX_TASK_NAMES, OTHER_TASK, SLOT_SIZE, SPAN_MAGIC,
-    TASK_MAGIC,
+    dict_find, hamt_find, hamt_hash, otel_span_object, span_object_key, ContextCounters,
+    ContextError, ContextSpan, ContextStats, ContextTarget, DictLayout, HamtTypes, OtelTarget,
+    SlotData, SlotVar, TaskNames, MAX_CONTEXT_ENTRIES, MAX_TASK_NAMES, OTHER_TASK, SLOT_SIZE,
+    SPAN_MAGIC, TASK_MAGIC,
 };
 pub use guarded::{GuardedReader, ReadMode};
 pub use layout::{LayoutError, PythonVersion};

@@ -17,7 +17,7 @@ def test_counters_move_and_survive_stop(agent, tracer):
     s = span_profile.stats()
     assert s["spans_started"] == before["spans_started"] + 10
     assert s["spans_ended"] == before["spans_ended"] + 10
-    assert s["context_publishes"] >= before["context_publishes"] + 20  # an attach and a detach each
+    assert 1 <= s["span_objects"] <= 10  # listed for the sampler until nothing else holds them
     assert s["ticks"] > 0 and s["samples"] > 0
     assert s["hook_errors"] == 0
     # A walk racing a running thread may tear and is counted; it must stay rare.
@@ -36,7 +36,8 @@ def test_keys_are_stable():
     s = span_profile.stats()
     for key in ("ticks", "samples", "windows", "exported_windows", "dropped_windows", "export_errors",
                 "walk_errors", "dropped_samples", "registry_active_keys", "registry_full",
-                "registry_unmatched_exits", "spans_started", "spans_ended", "context_publishes", "hook_errors"):
+                "registry_unmatched_exits", "spans_started", "spans_ended", "hook_errors", "span_objects", "span_objects_full",
+                "span_objects_evicted"):
         assert isinstance(s[key], int), key
 
 
