@@ -10,7 +10,11 @@ wake-up, the clocks, closing windows), so
 
     cost per sample = (CPU per tick - CPU per empty tick) / THREADS
 
+With --span each thread spins inside a span of a provider with span_profile.SpanProcessor(),
+so every sample also resolves OpenTelemetry's current span (ADR 0011).
+
     python benches/overhead/per_sample.py --depth 30 --threads 8 --rounds 3
+    python benches/overhead/per_sample.py --span --reads guarded --python other/venv/bin/python
 """
 import argparse
 import json
@@ -23,9 +27,16 @@ import tempfile
 CHILD = r"""
 import json, sys, tempfile, threading, time
 import span_profile
-depth, threads, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+depth, threads, seconds, with_span = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
 stop = threading.Event()
 started = threading.Barrier(threads + 1)
+agent = span_profile.start(service="per-sample", output=tempfile.mkdtemp(prefix="per-sample-"),
+                           sample_rate_hz=100, window_s=3600, overhead_budget=0)
+if with_span:
+    from opentelemetry.sdk.trace import TracerProvider
+    provider = TracerProvider()
+    provider.add_span_processor(span_profile.SpanProcessor())
+    tracer = provider.get_tracer("per-sample")
 
 def recurse(n):
     if n > 1:
@@ -36,12 +47,16 @@ def recurse(n):
         x += 1
     return x
 
-ts = [threading.Thread(target=recurse, args=(depth - 2,), daemon=True) for _ in range(threads)]
+def run(n):
+    if with_span:
+        with tracer.start_as_current_span("spinning"):
+            return recurse(n)
+    return recurse(n)
+
+ts = [threading.Thread(target=run, args=(depth - 3,), daemon=True) for _ in range(threads)]
 for t in ts:
     t.start()
 started.wait()
-agent = span_profile.start(service="per-sample", output=tempfile.mkdtemp(prefix="per-sample-"),
-                           sample_rate_hz=100, window_s=3600, overhead_budget=0)
 
 def sampler_cpu_ns():
     # The sampler thread's own clock, read live (stats() adds it up only when a window closes).
@@ -69,11 +84,11 @@ print(json.dumps({"ticks": d("ticks"), "samples": d("walker_samples"), "frames":
 """
 
 
-def run(py, child, depth, threads, seconds, reads):
+def run(py, child, depth, threads, seconds, reads, span):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPAN_PROFILE_")}
     env["SPAN_PROFILE_MEMORY_READS"] = reads
-    p = subprocess.run([py, child, str(depth), str(threads), str(seconds)], capture_output=True, text=True,
-                       env=env, timeout=120)
+    p = subprocess.run([py, child, str(depth), str(threads), str(seconds), "1" if span else "0"],
+                       capture_output=True, text=True, env=env, timeout=120)
     line = [x for x in p.stdout.splitlines() if x.startswith("{")]
     if p.returncode != 0 or not line:
         raise SystemExit("run failed: %s" % p.stderr[-500:])
@@ -89,16 +104,19 @@ def main():
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--span", action="store_true", help="threads spin inside a span of ours")
+    ap.add_argument("--reads", choices=("both", "guarded", "syscall"), default="both")
     args = ap.parse_args()
+    modes = ("guarded", "syscall") if args.reads == "both" else (args.reads,)
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(CHILD)
         child = f.name
-    per = {"guarded": [], "syscall": []}
+    per = {m: [] for m in modes}
     try:
         for i in range(args.rounds):
-            for reads in ("guarded", "syscall"):
-                empty = run(args.python, child, args.depth, 0, args.seconds, reads)
-                full = run(args.python, child, args.depth, args.threads, args.seconds, reads)
+            for reads in modes:
+                empty = run(args.python, child, args.depth, 0, args.seconds, reads, args.span)
+                full = run(args.python, child, args.depth, args.threads, args.seconds, reads, args.span)
                 us = (full["us_per_tick"] - empty["us_per_tick"]) / args.threads
                 per[reads].append(us)
                 print(json.dumps({"round": i, "reads": reads, "empty_us_per_tick": round(empty["us_per_tick"], 1),

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""What span_profile adds per span, in instructions: deterministic, so unlike CPU time it is
+not blurred by the neighbours of a shared VM. Each arm runs in a fresh interpreter under
+valgrind's callgrind twice, with --small and --large operations; the difference divided by
+the extra operations is the cost of one operation, start-up cancelled out.
+
+  bare      a TracerProvider without our processor (the agent runs; a build that wraps the
+            runtime context has its wrapper taken out)
+  ours      a TracerProvider with span_profile.SpanProcessor()
+
+Operations (--op):
+  span      `with tracer.start_as_current_span("op"): pass`: start, attach, detach, end
+  attach    `detach(attach(ctx))` of a context holding one of the provider's spans: what
+            context propagation without a new span costs
+
+Needs valgrind (`apt-get install valgrind`). Run it with the interpreter of the venv whose
+span_profile build you want to measure:
+
+  target/venvs/3.12.1/bin/python benches/overhead/hook_instructions.py --op span
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def child(arm, op, n):
+    import opentelemetry.context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import span_profile
+
+    provider = TracerProvider()
+    if arm == "ours":
+        provider.add_span_processor(span_profile.SpanProcessor())
+    tracer = provider.get_tracer("hook-instructions")
+    span_profile.start(service="hook-instructions", output=tempfile.mkdtemp(prefix="hook-instr-"),
+                       sample_rate_hz=1, window_s=3600)
+    runtime = otel_context._RUNTIME_CONTEXT
+    if arm == "bare":
+        otel_context._RUNTIME_CONTEXT = getattr(runtime, "original", runtime)
+    if op == "span":
+        for _ in range(n):
+            with tracer.start_as_current_span("op"):
+                pass
+    else:
+        span = tracer.start_span("held")
+        ctx = trace.set_span_in_context(span)
+        attach, detach = otel_context.attach, otel_context.detach
+        for _ in range(n):
+            detach(attach(ctx))
+        span.end()
+
+
+def instructions(arm, op, n):
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+         os.path.abspath(__file__), "--child", arm, op, str(n)],
+        capture_output=True, text=True, check=True)
+    m = re.search(r"Collected : (\d+)", out.stderr)
+    if not m:
+        sys.exit("no instruction count from valgrind:\n" + out.stderr[-2000:])
+    return int(m.group(1))
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--op", choices=("span", "attach"), default="span")
+    ap.add_argument("--small", type=int, default=2000)
+    ap.add_argument("--large", type=int, default=12000)
+    args = ap.parse_args()
+    per_op = {}
+    for arm in ("bare", "ours"):
+        small, large = instructions(arm, args.op, args.small), instructions(arm, args.op, args.large)
+        per_op[arm] = (large - small) / (args.large - args.small)
+        print("%-5s %s: %.0f instructions per operation" % (arm, args.op, per_op[arm]))
+    added = per_op["ours"] - per_op["bare"]
+    print("added by span_profile: %.0f instructions per %s (%.1f%% of the bare %.0f)"
+          % (added, args.op, 100 * added / per_op["bare"], per_op["bare"]))
+
+
+if __name__ == "__main__":
+    main()
