@@ -18,7 +18,7 @@ use crate::walker::span_object_key;
 use span_profile_core::{ActiveSpan, ActiveSpanRegistry};
 
 /// Most span objects listed at once; a span started beyond it is not listed (its samples carry
-/// no span) and is counted in [`SpanObjectStats::full`].
+/// no span) and is counted in [`SpanObjectStats::full`], as is one the table found no slot for.
 pub(crate) const MAX_SPAN_OBJECTS: usize = 8192;
 /// Above this many listed objects, objects listed longer than [`EVICT_AFTER`] are let go even
 /// if something still references them (a reference cycle, spans kept in a list), counted in
@@ -156,7 +156,9 @@ impl SpanObjects {
     pub(crate) fn stats(&self) -> SpanObjectStats {
         SpanObjectStats {
             listed: self.held().objects.len() as u64,
-            full: self.full.load(Ordering::Relaxed),
+            // Not listed: the cap was reached, or the registry found no free slot near the
+            // address's home (it probes a few).
+            full: self.full.load(Ordering::Relaxed) + self.table.loss_counters().full,
             evicted: self.evicted.load(Ordering::Relaxed),
         }
     }
