@@ -16,7 +16,7 @@ pub(crate) struct TopArgs {
     #[command(flatten)]
     pub(crate) select: SelectorArgs,
     /// How many frames to show, by samples on whose stack they are. Frames on every sample
-    /// of the selection (its common entry path) are left out while others remain.
+    /// of the selection's common entry path (the frames every stack starts with) are left out while others remain.
     #[arg(long, default_value_t = 10)]
     pub(crate) limit: usize,
 }
@@ -113,15 +113,23 @@ fn span_header(span: &SpanRecord, with_children: bool) -> String {
     format!("span {} {dur}{children}", span.name)
 }
 
-/// The frames to list: by total samples, leaving out the frames that are on every sample of
-/// the selection. Those are the common entry path (`main`, the request handler, the span's own
-/// function); they say nothing about where the time went inside the selection. If that would
-/// leave nothing (one stack), they are kept.
+/// The frames to list: by total samples, leaving out the selection's common entry path
+/// ([`Report::entry_path`]: `main`, the request handler, the span's own function), which says
+/// nothing about where the time went inside the selection. A frame that is on every sample
+/// but reached by different paths (the hot helper) stays. Without an entry path (a report
+/// from window summaries), the frames on every sample are left out. If that would leave
+/// nothing (one stack), they are kept.
 fn shown_frames(r: &Report, limit: usize) -> Vec<&FrameCost> {
+    let on_entry_path = |f: &FrameCost| match &r.entry_path {
+        Some(path) => path
+            .iter()
+            .any(|(function, file)| *function == f.function && *file == f.file),
+        None => f.total_samples >= r.samples,
+    };
     let differing: Vec<&FrameCost> = r
         .frames
         .iter()
-        .filter(|f| f.total_samples < r.samples)
+        .filter(|f| !on_entry_path(f))
         .take(limit)
         .collect();
     if differing.is_empty() {

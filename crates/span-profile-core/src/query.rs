@@ -188,6 +188,12 @@ pub struct Report {
     pub window_cpu_samples: u64,
     /// Every frame of the selection, by total samples, then self samples.
     pub frames: Vec<FrameCost>,
+    /// The frames every selected sample enters through, outermost first, as (function, file):
+    /// the longest common prefix of the stacks, root first (`main`, the request handler, the
+    /// span's own function). A frame on every sample but reached by different paths (a hot
+    /// helper called from two places) is not part of it. `None` when the report was made
+    /// without stacks (from window summaries).
+    pub entry_path: Option<Vec<(String, String)>>,
     /// For a span with a known duration: samples against the duration.
     pub coverage: Option<Coverage>,
     /// Windows that contributed.
@@ -224,6 +230,19 @@ impl Report {
     /// r.merge(report(&b, &f));
     /// ```
     pub fn merge(&mut self, other: Report) {
+        // A report without samples says nothing about the entry path.
+        self.entry_path = match (self.samples == 0, other.samples == 0) {
+            (_, true) => self.entry_path.take(),
+            (true, false) => other.entry_path,
+            (false, false) => match (self.entry_path.take(), other.entry_path) {
+                (Some(mut a), Some(b)) => {
+                    let n = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+                    a.truncate(n);
+                    Some(a)
+                }
+                _ => None,
+            },
+        };
         self.samples += other.samples;
         self.cpu_samples += other.cpu_samples;
         self.window_samples += other.window_samples;
@@ -495,19 +514,41 @@ pub fn for_each_sample<'a>(
 pub fn report(profiles: &[Profile], filter: &Filter) -> Report {
     let mut r = Report::default();
     let mut costs: FrameCosts<(&str, &str)> = FrameCosts::default();
+    // The common root-first prefix so far (`None` before the first sample).
+    let mut entry: Option<Vec<(&str, &str)>> = None;
+    let mut stack: Vec<(&str, &str)> = Vec::new();
     for_each_sample(profiles, filter, |p, s| {
         r.samples += s.wall_samples;
         r.cpu_samples += s.cpu_samples;
-        costs.add_stack(
+        stack.clear();
+        stack.extend(
             p.stack_frames(s.stack)
                 .map(|f| (f.function.as_str(), f.file.as_str())),
-            s.wall_samples,
         );
+        costs.add_stack(stack.iter().copied(), s.wall_samples);
+        match &mut entry {
+            None => entry = Some(stack.iter().rev().copied().collect()),
+            Some(e) => {
+                let n = e
+                    .iter()
+                    .zip(stack.iter().rev())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                e.truncate(n);
+            }
+        }
     });
     for p in profiles.iter().filter(|p| filter.matches_window(p)) {
         r.add_window(p.total_wall_samples(), p.total_cpu_samples());
     }
     r.frames = costs.into_frames();
+    r.entry_path = Some(
+        entry
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(f, file)| (f.to_string(), file.to_string()))
+            .collect(),
+    );
     if let Some(id) = filter.span_id {
         let index = span_index(profiles);
         r.span = index.get(&id).cloned();

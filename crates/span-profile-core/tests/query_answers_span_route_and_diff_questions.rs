@@ -121,6 +121,54 @@ fn a_spans_report_has_its_duration_samples_and_top_frames() {
 }
 
 #[test]
+fn the_entry_path_is_the_common_start_of_the_stacks_not_every_frame_on_every_sample() {
+    // pricing.calculate's samples all start handle -> calculate; parse_date is on every one of
+    // them too, but reached from calculate and from apply_discount: it is the finding, not
+    // part of the way in.
+    let mut p = checkout_window("1.0", 56);
+    p.stacks = vec![
+        Stack {
+            frames: vec![2, 1, 0],
+            truncated: false,
+        },
+        Stack {
+            frames: vec![2, 3, 1, 0],
+            truncated: false,
+        },
+    ];
+    p.samples
+        .retain(|s| s.span.is_some_and(|c| c.span_id == sid(2)));
+    p.samples.truncate(2);
+    p.samples[1].stack = 1;
+    let profiles = vec![p];
+    let r = query::report(&profiles, &Filter::default().span(sid(2), false));
+    let path = |r: &query::Report| {
+        r.entry_path
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|(f, _)| f.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(path(&r), ["handle", "calculate"]);
+    let parse_date = r
+        .frames
+        .iter()
+        .find(|f| f.function == "parse_date")
+        .unwrap();
+    assert_eq!(parse_date.total_samples, r.samples); // on every sample, yet not on the path
+                                                     // Merging keeps the common part; an empty report changes nothing.
+    let mut merged = query::Report::default();
+    merged.merge(r.clone());
+    merged.merge(query::Report::default());
+    assert_eq!(path(&merged), ["handle", "calculate"]);
+    let mut background = checkout_window("1.0", 56);
+    background.samples.retain(|s| s.stack == 4);
+    merged.merge(query::report(&[background], &Filter::default()));
+    assert_eq!(path(&merged), Vec::<String>::new());
+}
+
+#[test]
 fn with_children_a_span_includes_its_descendants() {
     let profiles = vec![checkout_window("1.0", 56)];
     let alone = query::report(&profiles, &Filter::default().span(sid(1), false));
