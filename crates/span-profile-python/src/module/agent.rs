@@ -11,8 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use span_profile_core::{
-    ActiveSpanRegistry, ExecutionKey, ExportError, Profiler, ProfilerStats, SpanId, SpanScope,
-    SpanStart, SpanTable, StartError, TraceId,
+    ActiveSpanRegistry, ExportError, Profiler, ProfilerStats, SpanId, SpanScope, SpanStart,
+    SpanTable, StartError, TraceId,
 };
 use span_profile_export::{build_output, parse_output, ExporterEnv, Output};
 
@@ -391,8 +391,8 @@ impl NativeAgent {
         })
     }
 
-    /// Records a span start; returns what to publish while the span is current, or `None`
-    /// for an invalid (all-zero) id.
+    /// Records a span start in the span table; returns what samples under the span are
+    /// labelled with, or `None` for an invalid (all-zero) id.
     #[pyo3(signature = (trace_id, span_id, parent_span_id, parent_is_remote, name, route, start_ns))]
     #[allow(clippy::too_many_arguments)]
     fn span_start(
@@ -476,9 +476,8 @@ impl NativeAgent {
         }
     }
 
-    /// A thread is about to exit: forget its span and its name.
+    /// A thread is about to exit: forget its name (thread idents are reused).
     fn thread_exited(&self, thread: u64) {
-        self.registry.forget(ExecutionKey::thread(thread));
         self.walker_handles.threads.forget(thread);
     }
 

@@ -108,18 +108,7 @@ impl PyActiveSpan {
     }
 }
 
-/// The identity CPython gives the calling thread (`threading.get_ident()`), which is also
-/// what the walker reads from each thread state.
-pub(crate) fn current_thread_ident() -> u64 {
-    // SAFETY: (1) pthread_self has no preconditions: it takes no arguments, cannot fail and
-    // only returns the calling thread's handle. (2) CPython's PyThread_get_thread_ident on
-    // POSIX is exactly `(unsigned long)pthread_self()`, so the value matches
-    // `threading.get_ident()` and the walker's `tstate->thread_id`.
-    let t = unsafe { libc::pthread_self() };
-    t as u64
-}
-
-/// Counters of the context hook (shared with the agent's `stats()`).
+/// Counters of the span hooks (shared with the agent's `stats()`).
 #[derive(Debug, Default)]
 pub(crate) struct HookCounters {
     pub(crate) spans_started: AtomicU64,

@@ -20,7 +20,6 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<context::TaskTag>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(parse_output, m)?)?;
-    m.add_function(wrap_pyfunction!(thread_ident, m)?)?;
     m.add_function(wrap_pyfunction!(agent::set_span_hooks, m)?)?;
     m.add_function(wrap_pyfunction!(agent::span_on_start, m)?)?;
     m.add_function(wrap_pyfunction!(agent::span_on_end, m)?)?;
@@ -37,10 +36,4 @@ fn parse_output(output: &str) -> PyResult<String> {
         Ok(_) => Ok(output.trim().to_string()),
         Err(e) => Err(pyo3::exceptions::PyValueError::new_err(e.to_string())),
     }
-}
-
-/// The calling thread's identity as the hooks see it (equals `threading.get_ident()`).
-#[pyfunction]
-fn thread_ident() -> u64 {
-    context::current_thread_ident()
 }

@@ -88,26 +88,32 @@ impl SpanObjects {
         let py = span.py();
         let addr = span.as_ptr() as u64;
         let key = span_object_key(addr);
-        let released = {
-            let mut held = self.held();
-            let released = self.sweep(py, &mut held, SWEEP_PER_START);
-            if self.table.current(key).is_none() {
-                // Not listed yet (a second on_start of the same object only updates it).
-                if held.objects.len() >= MAX_SPAN_OBJECTS {
-                    self.full.fetch_add(1, Ordering::Relaxed);
-                    return drop_outside(released, held);
-                }
+        let mut held = self.held();
+        let released = self.sweep(py, &mut held, SWEEP_PER_START);
+        // Every write to the table happens under the GIL, so this read is never contended: a
+        // listed object is being started again, and only its entry is updated.
+        let listed = self.table.current(key).is_some();
+        if listed || held.objects.len() < MAX_SPAN_OBJECTS {
+            self.table.set_current(key, Some(active));
+        } else {
+            self.full.fetch_add(1, Ordering::Relaxed);
+        }
+        // Held only if the table took it (it counts in its own `full` when no slot was free
+        // near the address's home), so every held object is listed and vice versa.
+        if !listed {
+            if self.table.current(key).is_some() {
                 held.objects.push(Entry {
                     addr,
                     object: span.clone().unbind(),
                     listed_at: Instant::now(),
                 });
+            } else {
+                self.table.forget(key); // drops the registry's bookkeeping for the key
             }
-            self.table.set_current(key, Some(active));
-            released
-        };
+        }
         // Released after the lock: freeing a span may run Python code (weakref callbacks)
         // that starts another span.
+        drop(held);
         drop(released);
     }
 
@@ -162,9 +168,4 @@ impl SpanObjects {
             evicted: self.evicted.load(Ordering::Relaxed),
         }
     }
-}
-
-fn drop_outside(released: Vec<Py<PyAny>>, held: std::sync::MutexGuard<'_, Held>) {
-    drop(held);
-    drop(released);
 }

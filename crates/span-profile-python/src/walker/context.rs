@@ -564,7 +564,8 @@ pub fn dict_find(
                 0x100..=0xffff => 2,
                 _ => 4,
             };
-            (keys + 40 + size * index_bytes, field_u64(&k, 32), 24, 8, 16)
+            let at = keys.checked_add(40 + size * index_bytes);
+            (at, field_u64(&k, 32), 24, 8, 16)
         }
         DictLayout::Py311 => {
             let (log2_size, log2_index_bytes, kind) = (k[8], k[9], k[10]);
@@ -573,13 +574,17 @@ pub fn dict_find(
             }
             let (size, key_at, value_at) = if kind == 0 { (24, 8, 16) } else { (16, 0, 8) };
             (
-                keys + 32 + (1u64 << log2_index_bytes),
+                keys.checked_add(32 + (1u64 << log2_index_bytes)),
                 field_u64(&k, 24),
                 size,
                 key_at,
                 value_at,
             )
         }
+    };
+    // A garbage keys pointer near the top of the address space is invalid, not a panic.
+    let Some(entries) = entries else {
+        return Err(ContextError::Invalid);
     };
     if nentries > MAX_CONTEXT_ENTRIES {
         return Err(ContextError::Invalid);
@@ -1340,6 +1345,24 @@ mod tests {
         m.mem.write_u64(keys + 24, MAX_CONTEXT_ENTRIES + 1);
         assert_eq!(
             dict_find(&m.mem, DictLayout::Py311, &head, SPAN_KEY),
+            Err(ContextError::Invalid)
+        );
+        // A readable keys header whose entries would lie past the top of the address space.
+        let top = u64::MAX - 100;
+        let mut wrapping = head;
+        wrapping[DICT_KEYS..DICT_KEYS + 8].copy_from_slice(&top.to_le_bytes());
+        let mut py39 = vec![0u8; 48];
+        py39[8..16].copy_from_slice(&(1u64 << 32).to_le_bytes()); // dk_size
+        m.mem.insert(top, py39);
+        assert_eq!(
+            dict_find(&m.mem, DictLayout::Py39, &wrapping, SPAN_KEY),
+            Err(ContextError::Invalid)
+        );
+        let mut py311 = vec![0u8; 48];
+        py311[8..11].copy_from_slice(&[32, 35, 1]); // log2 size, log2 index bytes, kind
+        m.mem.insert(top, py311);
+        assert_eq!(
+            dict_find(&m.mem, DictLayout::Py311, &wrapping, SPAN_KEY),
             Err(ContextError::Invalid)
         );
         let mut dangling = head;
