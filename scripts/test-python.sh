@@ -2,8 +2,8 @@
 # Runs the span_profile Python specs (crates/span-profile-python/tests/python) on every CPython
 # 3.9-3.13 installed under pyenv.
 #
-# The extension is abi3 (one wheel for 3.9+), so the wheel is built once, with maturin from a
-# build venv, and installed into one venv per interpreter: target/venvs/<version>. Each venv gets
+# The extension is built for each interpreter (not abi3: ADR 0012), with maturin from a build
+# venv, and each wheel is installed into its interpreter's venv: target/venvs/<version>. Each venv gets
 # opentelemetry-sdk, pytest, protobuf and py-spy (the walker's oracle tests use it), plus uvloop
 # where it installs (the asyncio specs skip it otherwise).
 #
@@ -69,16 +69,25 @@ if ((${#found[@]} == 0)); then
     exit 1
 fi
 
-# Build the abi3 wheel once, with the first interpreter found.
+# One wheel per interpreter (ADR 0012: the non-abi3 build calls the span hooks through
+# vectorcall), built by one maturin run from a build venv.
 build_py="${found[0]}"
 build_venv="$VENVS/build-$(basename "$(dirname "$(dirname "$build_py")")")"
 [[ -x "$build_venv/bin/python" ]] || "$build_py" -m venv "$build_venv"
 "$build_venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "maturin>=1.5,<2"
 rm -rf "$WHEELS"
-note "building the span_profile wheel"
+note "building the span_profile wheels"
+interpreters=()
+for py in "${found[@]}"; do interpreters+=(-i "$py"); done
 "$build_venv/bin/maturin" build --release --quiet \
-    -m "$ROOT/crates/span-profile-python/Cargo.toml" -i "$build_py" --out "$WHEELS"
-wheel="$(ls "$WHEELS"/span_profile-*.whl)"
+    -m "$ROOT/crates/span-profile-python/Cargo.toml" "${interpreters[@]}" --out "$WHEELS"
+
+# The wheel built for an interpreter (its cpXY tag).
+wheel_for() {
+    local tag
+    tag="$("$1" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
+    ls "$WHEELS"/span_profile-*-"$tag"-*.whl
+}
 
 passed=0 failed=0
 declare -a failures=()
@@ -89,7 +98,7 @@ for py in "${found[@]}"; do
         failures+=("$ver (venv)"); failed=$((failed + 1)); continue
     fi
     "$venv/bin/python" -m pip uninstall "${PIP_FLAGS[@]}" -y span-profile >/dev/null 2>&1 || true
-    if ! "$venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "$wheel"; then
+    if ! wheel="$(wheel_for "$py")" || ! "$venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "$wheel"; then
         failures+=("$ver (install)"); failed=$((failed + 1)); continue
     fi
     rc=0

@@ -11,10 +11,13 @@ wake-up, the clocks, closing windows), so
     cost per sample = (CPU per tick - CPU per empty tick) / THREADS
 
 With --span each thread spins inside a span of a provider with span_profile.SpanProcessor(),
-so every sample also resolves OpenTelemetry's current span (ADR 0011).
+so every sample also resolves OpenTelemetry's current span (ADR 0011). With --idle the threads
+block in `Event.wait()` instead of spinning: what an idle thread costs per tick (its CPU clock
+is read, and its last stack is reported again without reading its frames).
 
     python benches/overhead/per_sample.py --depth 30 --threads 8 --rounds 3
     python benches/overhead/per_sample.py --span --reads guarded --python other/venv/bin/python
+    python benches/overhead/per_sample.py --idle --threads 64 --depth 10 --reads guarded
 """
 import argparse
 import json
@@ -28,6 +31,7 @@ CHILD = r"""
 import json, sys, tempfile, threading, time
 import span_profile
 depth, threads, seconds, with_span = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
+idle = sys.argv[5] == "1"
 stop = threading.Event()
 started = threading.Barrier(threads + 1)
 agent = span_profile.start(service="per-sample", output=tempfile.mkdtemp(prefix="per-sample-"),
@@ -42,6 +46,8 @@ def recurse(n):
     if n > 1:
         return recurse(n - 1)
     started.wait()
+    if idle:
+        return stop.wait()
     x = 0
     while not stop.is_set():
         x += 1
@@ -84,10 +90,10 @@ print(json.dumps({"ticks": d("ticks"), "samples": d("walker_samples"), "frames":
 """
 
 
-def run(py, child, depth, threads, seconds, reads, span):
+def run(py, child, depth, threads, seconds, reads, span, idle):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPAN_PROFILE_")}
     env["SPAN_PROFILE_MEMORY_READS"] = reads
-    p = subprocess.run([py, child, str(depth), str(threads), str(seconds), "1" if span else "0"],
+    p = subprocess.run([py, child, str(depth), str(threads), str(seconds), "1" if span else "0", "1" if idle else "0"],
                        capture_output=True, text=True, env=env, timeout=120)
     line = [x for x in p.stdout.splitlines() if x.startswith("{")]
     if p.returncode != 0 or not line:
@@ -105,6 +111,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--span", action="store_true", help="threads spin inside a span of ours")
+    ap.add_argument("--idle", action="store_true",
+                    help="threads block in Event.wait instead of spinning: the cost of an idle thread's sample")
     ap.add_argument("--reads", choices=("both", "guarded", "syscall"), default="both")
     args = ap.parse_args()
     modes = ("guarded", "syscall") if args.reads == "both" else (args.reads,)
@@ -115,8 +123,8 @@ def main():
     try:
         for i in range(args.rounds):
             for reads in modes:
-                empty = run(args.python, child, args.depth, 0, args.seconds, reads, args.span)
-                full = run(args.python, child, args.depth, args.threads, args.seconds, reads, args.span)
+                empty = run(args.python, child, args.depth, 0, args.seconds, reads, args.span, args.idle)
+                full = run(args.python, child, args.depth, args.threads, args.seconds, reads, args.span, args.idle)
                 us = (full["us_per_tick"] - empty["us_per_tick"]) / args.threads
                 per[reads].append(us)
                 print(json.dumps({"round": i, "reads": reads, "empty_us_per_tick": round(empty["us_per_tick"], 1),

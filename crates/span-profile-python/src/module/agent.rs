@@ -18,7 +18,7 @@ use span_profile_export::{build_output, parse_output, ExporterEnv, Output};
 
 use super::context::{slot_layout, HookCounters, PyActiveSpan, TaskTag};
 use super::settings;
-use super::span_hooks::{field, hex16, route_of, set_profile_id, span_context, text};
+use super::span_hooks::{field, set_profile_id, span_context, text, Attributes, Hex16};
 use super::span_objects::SpanObjects;
 use super::walker::{self, WalkerHandles};
 use crate::walker::{
@@ -233,11 +233,18 @@ impl NativeAgent {
             let p = span_context(&parent)?;
             (p.span_id, p.is_remote)
         };
-        // A local child inherits its local root's route; only roots need theirs read.
-        let route = if parent_id == 0 || remote {
-            route_of(span)?
+        let is_root = parent_id == 0 || remote;
+        // Only a local root's attributes are read: a local child inherits its root's route,
+        // and only roots carry `pyroscope.profile.id` (unless the link scope says all spans).
+        let links = self.link_scope.links(is_root);
+        let attributes = if is_root || links {
+            Attributes::of(span)?
         } else {
             None
+        };
+        let route = match (&attributes, is_root) {
+            (Some(a), true) => a.route()?,
+            _ => None,
         };
         let route = route.as_ref().map(text).transpose()?;
         let name = field(span, intern!(py, "_name"), intern!(py, "name"))?;
@@ -257,19 +264,29 @@ impl NativeAgent {
             return Ok(());
         };
         self.span_objects.insert(span, active.0);
-        if self.link_scope.links(parent_id == 0 || remote) {
-            set_profile_id(span, &hex16(active.0.ctx.span_id.to_u64()))?;
+        if links {
+            let id = Hex16::new(active.0.ctx.span_id.to_u64());
+            set_profile_id(span, attributes.as_ref(), id.as_str())?;
         }
         Ok(())
     }
 
     fn try_on_end(&self, span: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = span.py();
+        // `on_end` gets a `ReadableSpan` made for the call, not the object `on_start` listed,
+        // so the ids are read from it.
         let sc = field(span, intern!(py, "_context"), intern!(py, "context"))?;
         let span_id = span_context(&sc)?.span_id;
         let parent = field(span, intern!(py, "_parent"), intern!(py, "parent"))?;
         let is_root = parent.is_none() || span_context(&parent)?.is_remote;
-        let route = if is_root { route_of(span)? } else { None };
+        let route = if is_root {
+            Attributes::of(span)?
+                .map(|a| a.route())
+                .transpose()?
+                .flatten()
+        } else {
+            None
+        };
         let route = route.as_ref().map(text).transpose()?;
         let end_ns: u64 = field(span, intern!(py, "_end_time"), intern!(py, "end_time"))?
             .extract()

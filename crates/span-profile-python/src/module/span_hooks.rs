@@ -18,15 +18,25 @@ pub(crate) const PROFILE_ID_KEY: &str = "pyroscope.profile.id";
 /// `http.route`.
 pub(crate) const ROUTE_KEY: &str = "http.route";
 
-/// `id` as 16 lowercase hex digits (what `SpanId`'s `Display` prints, without the formatting
-/// machinery, which costs more than the rest of the conversion).
-pub(crate) fn hex16(id: u64) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(16);
-    for shift in (0..16).rev() {
-        out.push(char::from(DIGITS[((id >> (shift * 4)) & 0xf) as usize]));
+/// A span id as 16 lowercase hex digits (what `SpanId`'s `Display` prints), kept on the stack:
+/// the formatting machinery and a heap string cost more than the rest of the conversion.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hex16([u8; 16]);
+
+impl Hex16 {
+    pub(crate) fn new(id: u64) -> Self {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 16];
+        for (i, d) in out.iter_mut().enumerate() {
+            *d = DIGITS[((id >> ((15 - i) * 4)) & 0xf) as usize];
+        }
+        Self(out)
     }
-    out
+
+    pub(crate) fn as_str(&self) -> &str {
+        // Every byte is an ASCII hex digit.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 /// A span attribute: the SDK's private field, else the public property.
@@ -84,39 +94,80 @@ pub(crate) fn span_context<'py>(sc: &Bound<'py, PyAny>) -> PyResult<SpanContextF
     })
 }
 
-/// The dict behind the SDK's `BoundedAttributes` (its `_dict`), if this is one.
-fn attributes_dict<'py>(attrs: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let py = attrs.py();
-    if let Ok(d) = attrs.cast::<PyDict>() {
-        return Ok(Some(d.clone()));
-    }
-    Ok(match attrs.getattr_opt(intern!(py, "_dict"))? {
-        Some(d) => d.cast_into::<PyDict>().ok(),
-        None => None,
-    })
+/// A span's attributes (`_attributes`, else `attributes`), read once for both the route and
+/// `pyroscope.profile.id`.
+pub(crate) struct Attributes<'py> {
+    attrs: Bound<'py, PyAny>,
+    /// The plain dict behind them: the attributes themselves, or the SDK's
+    /// `BoundedAttributes._dict`.
+    dict: Option<Bound<'py, PyDict>>,
 }
 
-/// The span's `http.route`, as a string (non-string values are converted with `str()`).
-pub(crate) fn route_of<'py>(span: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyString>>> {
-    let py = span.py();
-    let attrs = field(span, intern!(py, "_attributes"), intern!(py, "attributes"))?;
-    if attrs.is_none() {
-        return Ok(None);
-    }
-    let value = match attributes_dict(&attrs)? {
-        Some(d) => d.get_item(intern!(py, ROUTE_KEY))?,
-        None => {
-            let v = attrs.call_method1(intern!(py, "get"), (intern!(py, ROUTE_KEY),))?;
-            (!v.is_none()).then_some(v)
+impl<'py> Attributes<'py> {
+    /// The attributes of `span`, or `None` if it has none.
+    pub(crate) fn of(span: &Bound<'py, PyAny>) -> PyResult<Option<Self>> {
+        let py = span.py();
+        let attrs = field(span, intern!(py, "_attributes"), intern!(py, "attributes"))?;
+        if attrs.is_none() {
+            return Ok(None);
         }
-    };
-    Ok(match value {
-        None => None,
-        Some(v) => Some(match v.cast_into::<PyString>() {
-            Ok(s) => s,
-            Err(e) => e.into_inner().str()?,
-        }),
-    })
+        let dict = match attrs.cast::<PyDict>() {
+            Ok(d) => Some(d.clone()),
+            Err(_) => match attrs.getattr_opt(intern!(py, "_dict"))? {
+                Some(d) => d.cast_into::<PyDict>().ok(),
+                None => None,
+            },
+        };
+        Ok(Some(Self { attrs, dict }))
+    }
+
+    /// `http.route`, as a string (non-string values are converted with `str()`).
+    pub(crate) fn route(&self) -> PyResult<Option<Bound<'py, PyString>>> {
+        let py = self.attrs.py();
+        let value = match &self.dict {
+            Some(d) => d.get_item(intern!(py, ROUTE_KEY))?,
+            None => {
+                let v = self
+                    .attrs
+                    .call_method1(intern!(py, "get"), (intern!(py, ROUTE_KEY),))?;
+                (!v.is_none()).then_some(v)
+            }
+        };
+        Ok(match value {
+            None => None,
+            Some(v) => Some(match v.cast_into::<PyString>() {
+                Ok(s) => s,
+                Err(e) => e.into_inner().str()?,
+            }),
+        })
+    }
+
+    /// The dict `pyroscope.profile.id` can be written into directly: the SDK's mutable
+    /// `BoundedAttributes` with room for one more entry and no value-length cap under `len`.
+    fn writable_dict(&self, len: usize) -> PyResult<Option<&Bound<'py, PyDict>>> {
+        let (py, attrs) = (self.attrs.py(), &self.attrs);
+        let Some(d) = &self.dict else {
+            return Ok(None);
+        };
+        let mutable = attrs
+            .getattr_opt(intern!(py, "_immutable"))?
+            .is_some_and(|v| v.is_instance_of::<PyBool>() && !v.is_truthy().unwrap_or(true));
+        let has_room = || -> PyResult<bool> {
+            Ok(match attrs.getattr_opt(intern!(py, "maxlen"))? {
+                Some(m) if m.is_none() => true,
+                Some(m) => m.extract::<usize>().is_ok_and(|m| d.len() < m),
+                None => false,
+            })
+        };
+        let long_enough = || -> PyResult<bool> {
+            Ok(match attrs.getattr_opt(intern!(py, "max_value_len"))? {
+                Some(m) if m.is_none() => true,
+                Some(m) => m.extract::<usize>().is_ok_and(|m| m >= len),
+                None => false,
+            })
+        };
+        Ok((mutable && has_room()? && long_enough()?).then_some(d))
+    }
 }
 
 /// A Python string as Rust text (borrowed when the interpreter allows it).
@@ -124,31 +175,21 @@ pub(crate) fn text<'a>(s: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, str>> {
     s.to_cow()
 }
 
-/// Sets `pyroscope.profile.id` on a span that is being started. The SDK's `set_attribute`
-/// takes two locks and validates the value; during `on_start` the span is not yet visible to
-/// any other thread and the value is a 16-character string, so when the attributes are the
-/// SDK's mutable `BoundedAttributes` with room and no value-length cap under 16, the entry is
-/// written into its dict directly. Otherwise `set_attribute` is called.
-pub(crate) fn set_profile_id(span: &Bound<'_, PyAny>, profile_id: &str) -> PyResult<()> {
+/// Sets `pyroscope.profile.id` on a span that is being started, given its attributes
+/// ([`Attributes::of`]). The SDK's `set_attribute` takes two locks and validates the value;
+/// during `on_start` the span is not yet visible to any other thread and the value is a
+/// 16-character string, so when the attributes are the SDK's mutable `BoundedAttributes` with
+/// room and no value-length cap under 16, the entry is written into its dict directly.
+/// Otherwise `set_attribute` is called.
+pub(crate) fn set_profile_id(
+    span: &Bound<'_, PyAny>,
+    attributes: Option<&Attributes<'_>>,
+    profile_id: &str,
+) -> PyResult<()> {
     let py = span.py();
-    if let Some(attrs) = span.getattr_opt(intern!(py, "_attributes"))? {
-        if let Some(d) = attributes_dict(&attrs)? {
-            let mutable = attrs
-                .getattr_opt(intern!(py, "_immutable"))?
-                .is_some_and(|v| v.is_instance_of::<PyBool>() && !v.is_truthy().unwrap_or(true));
-            let has_room = match attrs.getattr_opt(intern!(py, "maxlen"))? {
-                Some(m) if m.is_none() => true,
-                Some(m) => m.extract::<usize>().is_ok_and(|m| d.len() < m),
-                None => false,
-            };
-            let long_enough = match attrs.getattr_opt(intern!(py, "max_value_len"))? {
-                Some(m) if m.is_none() => true,
-                Some(m) => m.extract::<usize>().is_ok_and(|m| m >= profile_id.len()),
-                None => false,
-            };
-            if mutable && has_room && long_enough {
-                return d.set_item(intern!(py, PROFILE_ID_KEY), profile_id);
-            }
+    if let Some(a) = attributes {
+        if let Some(d) = a.writable_dict(profile_id.len())? {
+            return d.set_item(intern!(py, PROFILE_ID_KEY), profile_id);
         }
     }
     span.call_method1(
