@@ -104,6 +104,10 @@ pub struct NativeStats {
     pub timer_errors: u64,
     /// Wall signals that could not be sent.
     pub send_errors: u64,
+    /// Ticks no sample stands for because a sample's weight hit its cap: a wall signal that
+    /// waited through more than 100,000 ticks (the thread had it masked), or more than 1,000
+    /// CPU timer expirations merged into one signal.
+    pub capped_ticks: u64,
 }
 
 /// The counters so far (zero before the first registration or walker).
@@ -123,5 +127,6 @@ pub fn stats() -> NativeStats {
         register_full: l(&c.register_full),
         timer_errors: l(&c.timer_errors),
         send_errors: l(&c.send_errors),
+        capped_ticks: l(&c.capped),
     }
 }

@@ -38,6 +38,15 @@ const SI_TIMER: c_int = -2;
 const SI_QUEUE: c_int = -1;
 /// Cap on the ticks one wall sample stands for (a thread with the signal masked for minutes).
 const MAX_OWED: u32 = 100_000;
+/// Cap on the CPU timer expirations one sample stands for.
+const MAX_OVERRUN: u32 = 1000;
+
+/// The weight of a sample that stands for itself and `extra` ticks it waited through, at most
+/// `1 + cap`, and the ticks the cap left out (counted in `capped_ticks`, never dropped silently).
+fn capped_weight(extra: u32, cap: u32) -> (u32, u64) {
+    let kept = extra.min(cap);
+    (1 + kept, u64::from(extra - kept))
+}
 
 /// The head of `siginfo_t` on 64-bit Linux: for both `SI_TIMER` (`si_tid`, `si_overrun`,
 /// `si_value`) and `SI_QUEUE` (`si_pid`, `si_uid`, `si_value`) the value sits at offset 24.
@@ -158,9 +167,12 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
         // the sample stands for them too. The walker adds and we take with read-modify-writes
         // of the one atomic, so each tick is counted by exactly one sample (a tick the walker
         // adds just after our swap goes to the next one).
-        let owed = slot.wall_owed.swap(0, Ordering::Relaxed).min(MAX_OWED);
+        let (w, capped) = capped_weight(slot.wall_owed.swap(0, Ordering::Relaxed), MAX_OWED);
         slot.wall_pending.store(false, Ordering::Relaxed);
-        weight = 1 + owed;
+        if capped > 0 {
+            table.counters.capped.fetch_add(capped, Ordering::Relaxed);
+        }
+        weight = w;
         let cpu = thread_cpu_ns();
         let before = slot.last_wall_cpu.swap(cpu, Ordering::Relaxed);
         let period = table
@@ -179,7 +191,12 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
     } else {
         // Expirations the kernel merged into this one (the thread ran but the signal was
         // pending); the sample stands for all of them.
-        weight = 1 + head.b.clamp(0, 1000) as u32;
+        let overruns = u32::try_from(head.b).unwrap_or(0);
+        let (w, capped) = capped_weight(overruns, MAX_OVERRUN);
+        if capped > 0 {
+            table.counters.capped.fetch_add(capped, Ordering::Relaxed);
+        }
+        weight = w;
     }
     // SAFETY: `uctx` is the interrupted context from the kernel; `slot` is this thread's.
     unsafe { push(table, index, slot, uctx, flags, weight) };
@@ -455,4 +472,28 @@ pub(crate) fn send_wall(sig: c_int, tid: i32, value: u64) -> bool {
         )
     };
     rc == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{capped_weight, MAX_OVERRUN, MAX_OWED};
+
+    #[test]
+    fn a_sample_stands_for_the_ticks_it_waited_through() {
+        assert_eq!(capped_weight(0, MAX_OWED), (1, 0));
+        assert_eq!(capped_weight(41, MAX_OWED), (42, 0));
+        assert_eq!(
+            capped_weight(MAX_OVERRUN, MAX_OVERRUN),
+            (1 + MAX_OVERRUN, 0)
+        );
+    }
+
+    #[test]
+    fn ticks_beyond_the_cap_are_counted_not_lost() {
+        assert_eq!(capped_weight(MAX_OWED + 5, MAX_OWED), (1 + MAX_OWED, 5));
+        assert_eq!(
+            capped_weight(u32::MAX, MAX_OVERRUN),
+            (1 + MAX_OVERRUN, u64::from(u32::MAX - MAX_OVERRUN))
+        );
+    }
 }

@@ -165,6 +165,7 @@ pub(crate) struct Counters {
     pub(crate) register_full: AtomicU64,
     pub(crate) timer_errors: AtomicU64,
     pub(crate) send_errors: AtomicU64,
+    pub(crate) capped: AtomicU64,
 }
 
 /// A lock that is a single atomic, so that a `fork` child can reset it.
