@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A loopback stand-in for a Pyroscope server that keeps every request it gets, for benches that
-read back what a peer agent pushed (asyncio_accuracy_bench.py). Each request becomes
+read back what a peer agent pushed (accuracy_bench.py). Each request becomes
 <dir>/<n>.json with its path (and query string), content type and body (base64); the answer is
 always 200.
 

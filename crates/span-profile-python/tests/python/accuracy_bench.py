@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""The asyncio attribution figure: 100 concurrent tasks on one loop, each under its own root
-span, burning CPU in its own function (`task_burn_<i>`) in 2 ms chunks with asyncio.sleep(0)
-between them. Prints one JSON line: for each agent, the share of samples of each task's
-function that carry that task's span id.
+"""Attribution accuracy of span_profile and of pyroscope-io + pyroscope-otel (the one peer with
+span labels), on the same workload. Prints one JSON line: the share of the samples of each
+burner function that carry the span id it ran under.
 
-    python asyncio_accuracy_bench.py --agent span_profile
-    python pyroscope_capture.py 4041 /tmp/pyro & python asyncio_accuracy_bench.py --agent pyroscope \\
+  --mode asyncio (default)  100 concurrent tasks on one loop, each under its own root span,
+                            burning CPU in its own function (`task_burn_<i>`) in 2 ms chunks
+                            with asyncio.sleep(0) between them
+  --mode threads            THREADS threads, each under its own root span, burning CPU in its
+                            own function (`thread_burn_<i>`) for SECONDS
+
+    python accuracy_bench.py --agent span_profile
+    python pyroscope_capture.py 4041 /tmp/pyro & python accuracy_bench.py --agent pyroscope \\
         --pyroscope-url http://127.0.0.1:4041 --capture-dir /tmp/pyro
+    python accuracy_bench.py --mode threads --threads 4 --seconds 3 --agent span_profile
 
 pyroscope (pyroscope-io + pyroscope-otel) tags the OS thread with the root span's id on span
 start and untags it on end; samples are read back from what it pushed to the capture server.
@@ -20,6 +26,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -57,6 +64,42 @@ def run(tracer, tasks, chunks):
         await asyncio.gather(*(one(i) for i in range(tasks)))
 
     asyncio.run(main())
+    return expected
+
+
+def make_thread_burner(name):
+    ns = {"time": time}
+    exec(
+        "def %s(deadline):\n"
+        "    x = 0\n"
+        "    while time.perf_counter() < deadline:\n"
+        "        for i in range(200):\n"
+        "            x += i * i\n"
+        "    return x\n" % name, ns)
+    return ns[name]
+
+
+def run_threads(tracer, threads, seconds):
+    burners = [make_thread_burner("thread_burn_%d" % i) for i in range(threads)]
+    expected = {}
+    ready = threading.Barrier(threads + 1)
+    deadline = [0.0]
+
+    def one(i):
+        with tracer.start_as_current_span("thread-%d" % i) as span:
+            expected[burners[i].__name__] = format(span.context.span_id, "016x")
+            ready.wait()
+            ready.wait()  # the deadline is set between the two waits
+            burners[i](deadline[0])
+
+    ts = [threading.Thread(target=one, args=(i,), name="burner-%d" % i) for i in range(threads)]
+    for t in ts:
+        t.start()
+    ready.wait()
+    deadline[0] = time.perf_counter() + seconds
+    ready.wait()
+    for t in ts:
+        t.join()
     return expected
 
 
@@ -114,6 +157,9 @@ def pyroscope_rows(capture_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--agent", choices=["span_profile", "pyroscope"], required=True)
+    ap.add_argument("--mode", choices=["asyncio", "threads"], default="asyncio")
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=3.0, help="burn time per thread (--mode threads)")
     ap.add_argument("--tasks", type=int, default=100)
     ap.add_argument("--chunks", type=int, default=40, help="2 ms chunks per task")
     ap.add_argument("--rate", type=int, default=100)
@@ -121,6 +167,12 @@ def main():
     ap.add_argument("--capture-dir", default="/tmp/pyro")
     args = ap.parse_args()
     provider = TracerProvider()
+
+    def workload(tracer):
+        if args.mode == "threads":
+            return run_threads(tracer, args.threads, args.seconds)
+        return run(tracer, args.tasks, args.chunks)
+
     if args.agent == "span_profile":
         import span_profile
 
@@ -130,7 +182,7 @@ def main():
         out = tempfile.mkdtemp()
         provider.add_span_processor(span_profile.SpanProcessor())
         agent = span_profile.start(service="accuracy", output=out, sample_rate_hz=args.rate, window_s=5)
-        expected = run(provider.get_tracer("bench"), args.tasks, args.chunks)
+        expected = workload(provider.get_tracer("bench"))
         agent.stop()
         rows = [([f.rsplit(".", 1)[-1] for f in s.functions], s.span_id, s.count) for s in all_samples(out)]
         extra = {k: v for k, v in agent.stats().items() if k.startswith("context_")}
@@ -141,14 +193,15 @@ def main():
         pyroscope.configure(application_name="accuracy", server_address=args.pyroscope_url,
                             sample_rate=args.rate, oncpu=True, gil_only=True)
         provider.add_span_processor(PyroscopeSpanProcessor())
-        expected = run(provider.get_tracer("bench"), args.tasks, args.chunks)
+        expected = workload(provider.get_tracer("bench"))
         time.sleep(0.5)
         pyroscope.shutdown()
         time.sleep(0.5)
         rows = pyroscope_rows(args.capture_dir)
         extra = {"pushes": len(glob.glob(os.path.join(args.capture_dir, "*.json")))}
     right, total, worst = score(rows, expected)
-    print(json.dumps({"agent": args.agent, "python": "%d.%d" % sys.version_info[:2], "tasks": args.tasks,
+    size = {"threads": args.threads} if args.mode == "threads" else {"tasks": args.tasks}
+    print(json.dumps({"agent": args.agent, "mode": args.mode, "python": "%d.%d" % sys.version_info[:2], **size,
                       "samples": total, "right": right, "accuracy_pct": round(100.0 * right / max(total, 1), 2),
                       "worst_function_pct": round(100.0 * worst, 2), **extra}))
 
