@@ -36,18 +36,32 @@ from opentelemetry.sdk.trace import TracerProvider
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def make_burner(name):
+# The burners' sources: one function per task or thread, so that each sample's leaf function
+# says which span it must carry.
+ASYNC_BURNER = """
+async def {name}(chunks, chunk=0.002):
+    x = 0
+    for _ in range(chunks):
+        stop = time.perf_counter() + chunk
+        while time.perf_counter() < stop:
+            for i in range(200):
+                x += i * i
+        await asyncio.sleep(0)
+    return x
+"""
+THREAD_BURNER = """
+def {name}(deadline):
+    x = 0
+    while time.perf_counter() < deadline:
+        for i in range(200):
+            x += i * i
+    return x
+"""
+
+
+def make_burner(name, source=ASYNC_BURNER):
     ns = {"asyncio": asyncio, "time": time}
-    exec(
-        "async def %s(chunks, chunk=0.002):\n"
-        "    x = 0\n"
-        "    for _ in range(chunks):\n"
-        "        stop = time.perf_counter() + chunk\n"
-        "        while time.perf_counter() < stop:\n"
-        "            for i in range(200):\n"
-        "                x += i * i\n"
-        "        await asyncio.sleep(0)\n"
-        "    return x\n" % name, ns)
+    exec(source.format(name=name), ns)
     return ns[name]
 
 
@@ -67,20 +81,8 @@ def run(tracer, tasks, chunks):
     return expected
 
 
-def make_thread_burner(name):
-    ns = {"time": time}
-    exec(
-        "def %s(deadline):\n"
-        "    x = 0\n"
-        "    while time.perf_counter() < deadline:\n"
-        "        for i in range(200):\n"
-        "            x += i * i\n"
-        "    return x\n" % name, ns)
-    return ns[name]
-
-
 def run_threads(tracer, threads, seconds):
-    burners = [make_thread_burner("thread_burn_%d" % i) for i in range(threads)]
+    burners = [make_burner("thread_burn_%d" % i, THREAD_BURNER) for i in range(threads)]
     expected = {}
     ready = threading.Barrier(threads + 1)
     deadline = [0.0]
