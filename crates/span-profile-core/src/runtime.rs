@@ -728,6 +728,7 @@ impl Sampler {
             self.interval.as_nanos() as u64,
             &spans,
         );
+        self.spans.recycle(spans);
         // Both threads are the agent: the export thread's CPU since the last window is
         // reported with this one.
         let exporter_cpu = self
