@@ -191,11 +191,11 @@ impl HamtTypes {
             reader.read(addr, &mut b).ok()?;
             Some(u64::from_le_bytes(b))
         };
-        let context = word(empty_context + OB_TYPE as u64)?;
-        let hamt_obj = word(empty_context + CONTEXT_VARS as u64)?;
-        let hamt = word(hamt_obj + OB_TYPE as u64)?;
-        let root = word(hamt_obj + HAMT_ROOT as u64)?;
-        let bitmap = word(root + OB_TYPE as u64)?;
+        let context = word(empty_context.wrapping_add(OB_TYPE as u64))?;
+        let hamt_obj = word(empty_context.wrapping_add(CONTEXT_VARS as u64))?;
+        let hamt = word(hamt_obj.wrapping_add(OB_TYPE as u64))?;
+        let root = word(hamt_obj.wrapping_add(HAMT_ROOT as u64))?;
+        let bitmap = word(root.wrapping_add(OB_TYPE as u64))?;
         if !is_type_named(reader, hamt, type_type, "hamt")
             || !is_type_named(reader, bitmap, type_type, "hamt_bitmap_node")
         {
@@ -446,7 +446,7 @@ pub fn hamt_find(
             let mut pair = [0u8; 16];
             match buf.get(at..at + 16).filter(|_| at + 16 <= got) {
                 Some(b) => pair.copy_from_slice(b),
-                None => reader.read(node + at as u64, &mut pair)?,
+                None => reader.read(node.wrapping_add(at as u64), &mut pair)?,
             }
             let (k, v) = (field_u64(&pair, 0), field_u64(&pair, 8));
             if k == 0 {
@@ -461,7 +461,7 @@ pub fn hamt_find(
         } else if ty == types.array {
             let mut child = [0u8; 8];
             reader.read(
-                node + HAMT_ARRAY_ARRAY as u64 + u64::from(idx) * 8,
+                node.wrapping_add(HAMT_ARRAY_ARRAY as u64 + u64::from(idx) * 8),
                 &mut child,
             )?;
             match u64::from_le_bytes(child) {
@@ -482,7 +482,7 @@ pub fn hamt_find(
             }
             let mut slots = [0u8; MAX_COLLISION_SLOTS * 8];
             let slots = slots.get_mut(..size * 8).ok_or(ContextError::Invalid)?;
-            reader.read(node + HAMT_COLLISION_ARRAY as u64, slots)?;
+            reader.read(node.wrapping_add(HAMT_COLLISION_ARRAY as u64), slots)?;
             for pair in slots.chunks_exact(16) {
                 if field_u64(pair, 0) == key {
                     return Ok(Some(field_u64(pair, 8)));
@@ -645,7 +645,7 @@ fn read_slot(
         SlotData::from_bytes(&buf[var.data_offset..end])
     } else {
         let mut data = [0u8; SLOT_SIZE];
-        reader.read(value + var.data_offset as u64, &mut data)?;
+        reader.read(value.wrapping_add(var.data_offset as u64), &mut data)?;
         SlotData::from_bytes(&data)
     };
     if slot.magic != magic {
@@ -745,9 +745,9 @@ impl ContextReader {
             Some(seen) => {
                 let mut v = [0u8; 8];
                 let (ctx_read, vars_read) = reader.read_pair(
-                    tstate + off as u64,
+                    tstate.wrapping_add(off as u64),
                     &mut b,
-                    seen + CONTEXT_VARS as u64,
+                    seen.wrapping_add(CONTEXT_VARS as u64),
                     &mut v,
                 );
                 if ctx_read.is_ok() {
@@ -756,7 +756,7 @@ impl ContextReader {
                 }
             }
             None => {
-                if reader.read(tstate + off as u64, &mut b).is_ok() {
+                if reader.read(tstate.wrapping_add(off as u64), &mut b).is_ok() {
                     self.observe_before(tstate, u64::from_le_bytes(b), None);
                 }
             }
@@ -837,7 +837,7 @@ impl ContextReader {
         target: &ContextTarget,
     ) -> Result<(Option<ActiveSpan>, Option<u32>), ContextError> {
         let mut b = [0u8; 8];
-        reader.read(tstate + off as u64, &mut b)?;
+        reader.read(tstate.wrapping_add(off as u64), &mut b)?;
         let ctx = u64::from_le_bytes(b);
         // A thread's first context is created lazily (null before): not a switch.
         if self.before != NOT_READ && self.before != 0 && self.before != ctx {

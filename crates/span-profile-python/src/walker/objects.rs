@@ -82,12 +82,12 @@ pub(crate) fn read_str(
         return Err(ObjectError::Invalid);
     }
     let data = if compact && ascii {
-        addr + layout.unicode_ascii_size as u64
+        addr.wrapping_add(layout.unicode_ascii_size as u64)
     } else if compact {
-        addr + layout.unicode_compact_size as u64
+        addr.wrapping_add(layout.unicode_compact_size as u64)
     } else {
         let mut p = [0u8; 8];
-        reader.read(addr + layout.unicode_data as u64, &mut p)?;
+        reader.read(addr.wrapping_add(layout.unicode_data as u64), &mut p)?;
         match u64::from_le_bytes(p) {
             0 => return Err(ObjectError::Invalid),
             p => p,
@@ -139,7 +139,7 @@ pub(crate) fn read_bytes(
         return Err(ObjectError::Invalid);
     }
     let mut out = vec![0u8; len].into_boxed_slice();
-    reader.read(addr + BYTES_SVAL as u64, &mut out)?;
+    reader.read(addr.wrapping_add(BYTES_SVAL as u64), &mut out)?;
     Ok(out)
 }
 

@@ -165,7 +165,11 @@ pub(crate) fn verify_pthread_tid_offset(reader: &dyn MemoryReader) -> bool {
     // SAFETY: (1) pthread_self and gettid have no preconditions and cannot fail.
     let (me, tid) = unsafe { (libc::pthread_self() as u64, libc::gettid()) };
     let mut b = [0u8; 4];
-    if me == 0 || reader.read(me + GLIBC_PTHREAD_TID_OFFSET, &mut b).is_err() {
+    if me == 0
+        || reader
+            .read(me.wrapping_add(GLIBC_PTHREAD_TID_OFFSET), &mut b)
+            .is_err()
+    {
         return false;
     }
     i32::from_le_bytes(b) == tid

@@ -445,7 +445,9 @@ impl<R: MemoryReader> PythonWalker<R> {
         } else {
             let mut b = [0u8; 8];
             reader.read(
-                target.runtime + layout.runtime_interpreters_head as u64,
+                target
+                    .runtime
+                    .wrapping_add(layout.runtime_interpreters_head as u64),
                 &mut b,
             )?;
             u64::from_le_bytes(b)
@@ -580,7 +582,9 @@ impl<R: MemoryReader> PythonWalker<R> {
         } else {
             let mut b = [0u8; 8];
             match self.reader.read(
-                self.target.runtime + l.runtime_interpreters_head as u64,
+                self.target
+                    .runtime
+                    .wrapping_add(l.runtime_interpreters_head as u64),
                 &mut b,
             ) {
                 Ok(()) => u64::from_le_bytes(b),
@@ -597,7 +601,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             let mut b = [0u8; 8];
             if self
                 .reader
-                .read(interp + l.interp_threads_head as u64, &mut b)
+                .read(interp.wrapping_add(l.interp_threads_head as u64), &mut b)
                 .is_err()
             {
                 return Err((seen, ThreadFailure::Invalid));
@@ -683,7 +687,10 @@ impl<R: MemoryReader> PythonWalker<R> {
             if self.target.interpreter != 0 {
                 break;
             }
-            match self.reader.read(interp + l.interp_next as u64, &mut b) {
+            match self
+                .reader
+                .read(interp.wrapping_add(l.interp_next as u64), &mut b)
+            {
                 Ok(()) => interp = u64::from_le_bytes(b),
                 Err(_) => return Err((seen, ThreadFailure::Invalid)),
             }
@@ -715,12 +722,14 @@ impl<R: MemoryReader> PythonWalker<R> {
         let guess = self.ctx.last_context(t.tstate);
         let mut v = [0u8; 8];
         let (read, vars) = match guess {
-            Some(ctx) => {
-                self.reader
-                    .read_pair(t.tstate + lo as u64, b, ctx + CONTEXT_VARS as u64, &mut v)
-            }
+            Some(ctx) => self.reader.read_pair(
+                t.tstate.wrapping_add(lo as u64),
+                b,
+                ctx.wrapping_add(CONTEXT_VARS as u64),
+                &mut v,
+            ),
             None => (
-                self.reader.read(t.tstate + lo as u64, b),
+                self.reader.read(t.tstate.wrapping_add(lo as u64), b),
                 Err(ReadError::Invalid),
             ),
         };
@@ -788,7 +797,11 @@ impl<R: MemoryReader> PythonWalker<R> {
         if let Some(off) = l.cframe_current_frame {
             if frame != 0 {
                 let mut b = [0u8; 8];
-                if self.reader.read(frame + off as u64, &mut b).is_err() {
+                if self
+                    .reader
+                    .read(frame.wrapping_add(off as u64), &mut b)
+                    .is_err()
+                {
                     return self.fail(sink, ThreadFailure::Invalid);
                 }
                 frame = u64::from_le_bytes(b);
