@@ -207,7 +207,9 @@ impl SpanTable {
     /// fills it instead of growing a new one. The buffer of a busy service holds up to
     /// [`SpanTableLimits::max_ended_per_window`] records (megabytes); grown anew every window,
     /// by whichever application thread ends a span when it fills, it would leave its high-water
-    /// mark in several of malloc's per-thread arenas. Optional: without it, buffers are freed.
+    /// mark in several of malloc's per-thread arenas. The table keeps the largest buffer it was
+    /// given, so its capacity stays at the busiest window's. Optional: without it, buffers are
+    /// freed.
     pub fn recycle(&self, window: WindowSpans) {
         let mut buffer = window.spans;
         // The records are dropped here, outside the lock.

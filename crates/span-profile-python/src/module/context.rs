@@ -81,9 +81,8 @@ impl PyActiveSpan {
     /// The span id as 16 lowercase hex digits (the `pyroscope.profile.id` attribute).
     #[getter]
     fn profile_id(&self) -> String {
-        super::span_hooks::Hex16::new(self.0.ctx.span_id.to_u64())
-            .as_str()
-            .to_string()
+        // Not on the span path: the core's formatting (16 lowercase hex digits) will do.
+        self.0.ctx.span_id.to_string()
     }
     /// `(trace_id, span_id, local_root, route_id)`.
     fn as_tuple(&self) -> (u128, u64, u64, u32) {

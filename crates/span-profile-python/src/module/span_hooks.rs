@@ -1,5 +1,6 @@
 //! The span processor's work, done natively: read the SDK span, record it in the span table,
-//! cache the [`PyActiveSpan`] on it and set `pyroscope.profile.id`.
+//! list the span object for the sampler (`span_objects.rs`, ADR 0011) and set
+//! `pyroscope.profile.id`.
 //!
 //! The OpenTelemetry SDK's `Span`/`ReadableSpan` keep their state in plain instance attributes
 //! (`_context`, `_parent`, `_name`, `_start_time`, `_end_time`, `_attributes`) behind Python
