@@ -12,6 +12,7 @@ line to stderr every --every seconds.
 workload starts: the agent samples, but no span is recorded.
 """
 import argparse
+import ctypes
 import runpy
 import sys
 import threading
@@ -28,20 +29,39 @@ def rss_mb():
     return 0.0
 
 
-def watch(every):
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                 "fordblks", "keepcost")]
+
+
+def heap():
+    """glibc's malloc counters: bytes in use and bytes free inside malloc's arenas (MB)."""
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = Mallinfo2
+    m = libc.mallinfo2()
+    return (m.uordblks + m.hblkhd) / 2**20, m.fordblks / 2**20
+
+
+def watch(every, show_heap):
     t0 = time.time()
     while True:
         time.sleep(every)
         s = span_profile.stats()
-        print("t=%3.0f s  rss=%5.1f MB  open spans=%d  span objects=%d  windows=%d  dropped spans=%d"
+        extra = ""
+        if show_heap:
+            used, free = heap()
+            extra = "  malloc in use=%5.1f MB  free in arenas=%5.1f MB" % (used, free)
+        print("t=%3.0f s  rss=%5.1f MB  open spans=%d  span objects=%d  windows=%d  dropped spans=%d%s"
               % (time.time() - t0, rss_mb(), s["spans_started"] - s["spans_ended"], s["span_objects"],
-                 s["windows"], s["dropped_spans"]), file=sys.stderr, flush=True)
+                 s["windows"], s["dropped_spans"], extra), file=sys.stderr, flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--every", type=float, default=5.0)
     ap.add_argument("--no-processor", action="store_true")
+    ap.add_argument("--heap", action="store_true", help="also print glibc's mallinfo2 counters")
     ap.add_argument("workload", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = [a for a in args.workload if a != "--"]
@@ -51,7 +71,7 @@ def main():
         from opentelemetry.sdk.trace import SpanProcessor
 
         span_profile.SpanProcessor = SpanProcessor
-    threading.Thread(target=watch, args=(args.every,), daemon=True).start()
+    threading.Thread(target=watch, args=(args.every, args.heap), daemon=True).start()
     sys.argv = argv
     runpy.run_path(argv[0], run_name="__main__")
 

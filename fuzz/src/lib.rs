@@ -185,9 +185,9 @@ pub fn profile(u: &mut Unstructured<'_>, shape: Shape) -> Result<Profile> {
                 None
             },
             local_root_span_id: c.local_root_span_id,
-            name: pick(u, &["pricing.calculate", "GET /orders/{id}", ""])?,
+            name: pick(u, &["pricing.calculate", "GET /orders/{id}", ""])?.into(),
             route: if u.arbitrary()? {
-                Some(pick(u, &ROUTES)?)
+                Some(pick(u, &ROUTES)?.into())
             } else {
                 None
             },

@@ -104,8 +104,8 @@ fn window(i: u64, stacks: usize) -> Profile {
             span_id,
             parent_span_id: None,
             local_root_span_id: span_id,
-            name: format!("GET /api/v1/resource_{}/{{id}}", k % 20),
-            route: Some(format!("/api/v1/resource_{}/{{id}}", k % 20)),
+            name: format!("GET /api/v1/resource_{}/{{id}}", k % 20).into(),
+            route: Some(format!("/api/v1/resource_{}/{{id}}", k % 20).into()),
             start_unix_ns: start,
             end_unix_ns: Some(start + 1_000_000 * (1 + rng.below(2_000))),
         });

@@ -244,7 +244,7 @@ fn load_span_windows(
         f.trace_id = filter.trace_id;
         let span = query::spans(&tables, &f)
             .into_iter()
-            .find(|s| s.span.name == name)
+            .find(|s| &*s.span.name == name)
             .ok_or_else(|| {
                 Empty(format!(
                     "no ended span named {name:?} in the selected windows ({} read)",

@@ -45,7 +45,7 @@ pub(crate) fn run(store: &Store<'_>, args: &SpansArgs, json: bool) -> anyhow::Re
         .finish()
         .into_iter()
         .filter(|s| s.span.duration_ns().unwrap_or(0) >= min_ns)
-        .filter(|s| args.name.as_ref().is_none_or(|n| &s.span.name == n))
+        .filter(|s| args.name.as_ref().is_none_or(|n| *s.span.name == **n))
         .take(args.limit)
         .collect();
     if list.is_empty() {

@@ -483,7 +483,7 @@ impl WindowAggregator {
         profile.spans = kept.kept;
         self.carried_spans = kept.carry;
         let mut stats = std::mem::take(&mut self.stats);
-        stats.unsampled_spans += kept.left_out;
+        stats.unsampled_spans += kept.left_out + spans.left_out;
         // The label tables live across windows and count overflows in total: report this
         // window's share, so that summing windows (a merge) counts each overflow once.
         let overflow = spans.route_overflow + self.threads.overflowed() + self.tasks.overflowed();

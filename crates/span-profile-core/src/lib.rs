@@ -41,6 +41,7 @@ mod profile;
 pub mod query;
 mod registry;
 mod runtime;
+mod sampled;
 mod spans;
 mod summary;
 mod walker;

@@ -41,10 +41,10 @@ pub struct SpanRecord {
     pub parent_span_id: Option<SpanId>,
     /// Its local root (itself for a local root).
     pub local_root_span_id: SpanId,
-    /// The span's name.
-    pub name: String,
+    /// The span's name (shared by the records of one name).
+    pub name: Arc<str>,
     /// `http.route`, if the span has one.
-    pub route: Option<String>,
+    pub route: Option<Arc<str>>,
     /// Start, Unix nanoseconds.
     pub start_unix_ns: u64,
     /// End, Unix nanoseconds; `None` while the span is still open when the window closes.

@@ -672,7 +672,7 @@ pub fn spans(profiles: &[Profile], filter: &Filter) -> Vec<SpanSummary> {
 pub fn slowest_span(profiles: &[Profile], name: &str) -> Option<SpanRecord> {
     spans(profiles, &Filter::default())
         .into_iter()
-        .find(|s| s.span.name == name)
+        .find(|s| &*s.span.name == name)
         .map(|s| s.span)
 }
 

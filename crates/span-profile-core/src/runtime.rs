@@ -832,6 +832,9 @@ impl TickSink<'_> {
             Some((ctx, route)) => (Some(ctx), route.unwrap_or(LabelValues::BACKGROUND)),
             None => (None, LabelValues::BACKGROUND),
         };
+        if let Some(ctx) = &span {
+            sampler.spans.mark_sampled(ctx);
+        }
         let slot = sampler.tick_samples as usize;
         sampler
             .agg

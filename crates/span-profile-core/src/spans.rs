@@ -1,11 +1,12 @@
 //! The span table: each span's metadata (name, parent, local root, route, start, end), kept
 //! by the span hooks and drained into every window, so a query can find any span's samples.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::labels::{LabelId, LabelValues, BACKGROUND_ROUTE};
+use crate::labels::{truncate_label, LabelId, LabelValues, BACKGROUND_ROUTE};
 use crate::registry::ActiveSpan;
+use crate::sampled::SampledSpans;
 use crate::{SpanContext, SpanId, SpanRecord, TraceId};
 
 /// What a span hook knows when a span starts.
@@ -32,10 +33,18 @@ pub struct SpanStart<'a> {
 pub struct SpanTableLimits {
     /// Open spans tracked at once; more are not tracked (their samples still carry ids).
     pub max_open: usize,
-    /// Ended spans kept per window.
+    /// Ended spans with samples kept per window.
     pub max_ended_per_window: usize,
+    /// Ended spans with no sample yet, kept until the window closes: the latest this many.
+    /// A sample can still name such a span (it is recorded after the span ended, or the span is
+    /// the parent of a sampled span that ends later); older ones are left out and counted as
+    /// unsampled.
+    pub max_ended_unsampled: usize,
     /// Distinct route values.
     pub max_routes: usize,
+    /// Distinct span names and routes whose text the records share; beyond it, each record
+    /// holds its own copy.
+    pub max_shared_names: usize,
 }
 
 impl Default for SpanTableLimits {
@@ -43,7 +52,9 @@ impl Default for SpanTableLimits {
         Self {
             max_open: 100_000,
             max_ended_per_window: 100_000,
+            max_ended_unsampled: 8_192,
             max_routes: 1_000,
+            max_shared_names: 4_096,
         }
     }
 }
@@ -52,15 +63,45 @@ impl Default for SpanTableLimits {
 struct Open {
     record: SpanRecord,
     route: LabelId,
+    /// A window closed while the span was open: its earlier samples are in an earlier window,
+    /// so its record (with its end) is kept whether or not it has samples in this one.
+    crossed_window: bool,
+}
+
+/// Span names and routes, shared by the records that carry them, so that recording a span
+/// copies no text.
+#[derive(Debug)]
+struct Names {
+    set: HashSet<Arc<str>>,
+    cap: usize,
+}
+
+impl Names {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        let s = truncate_label(s);
+        if let Some(a) = self.set.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        if self.set.len() < self.cap {
+            self.set.insert(a.clone());
+        }
+        a
+    }
 }
 
 #[derive(Debug)]
 struct Inner {
     open: HashMap<SpanId, Open>,
+    /// Ended spans with samples (or that crossed a window), for this window.
     ended: Vec<SpanRecord>,
+    /// Ended spans with no sample yet, the latest [`SpanTableLimits::max_ended_unsampled`].
+    unsampled: VecDeque<SpanRecord>,
+    names: Names,
     routes: LabelValues,
     limits: SpanTableLimits,
     dropped: u64,
+    left_out: u64,
 }
 
 /// The table of spans. The one owner of local-root and route logic: span hooks report starts
@@ -87,6 +128,7 @@ struct Inner {
 #[derive(Debug)]
 pub struct SpanTable {
     inner: Mutex<Inner>,
+    sampled: SampledSpans,
 }
 
 impl Default for SpanTable {
@@ -102,10 +144,17 @@ impl SpanTable {
             inner: Mutex::new(Inner {
                 open: HashMap::new(),
                 ended: Vec::new(),
+                unsampled: VecDeque::new(),
+                names: Names {
+                    set: HashSet::new(),
+                    cap: limits.max_shared_names,
+                },
                 routes: LabelValues::with_cap(limits.max_routes),
                 limits,
                 dropped: 0,
+                left_out: 0,
             }),
+            sampled: SampledSpans::new(),
         }
     }
 
@@ -150,32 +199,67 @@ impl SpanTable {
             span_id: s.span_id,
             parent_span_id: s.parent_span_id,
             local_root_span_id: local_root,
-            name: crate::labels::truncate_label(s.name).to_string(),
-            route: s
-                .route
-                .map(|r| crate::labels::truncate_label(r).to_string()),
+            name: inner.names.get(s.name),
+            route: s.route.map(|r| inner.names.get(r)),
             start_unix_ns: s.start_unix_ns,
             end_unix_ns: None,
         };
-        inner.open.insert(s.span_id, Open { record, route });
+        inner.open.insert(
+            s.span_id,
+            Open {
+                record,
+                route,
+                crossed_window: false,
+            },
+        );
         active
     }
 
     /// Records a span end. `route` is the span's `http.route` at end, if it has one (some
     /// instrumentations set it only once routing is done).
+    ///
+    /// A span with samples (see [`SpanTable::mark_sampled`]) is kept for the window, and so
+    /// is its parent when that ends. One with none yet is kept only among the latest
+    /// [`SpanTableLimits::max_ended_unsampled`]: the window's close decides on those, and the
+    /// older ones are counted as unsampled. So memory follows the sampled spans, not the
+    /// request rate.
     pub fn end(&self, span_id: SpanId, end_unix_ns: u64, route: Option<&str>) {
         let mut inner = self.lock();
+        let inner = &mut *inner;
         let Some(mut open) = inner.open.remove(&span_id) else {
             return;
         };
         open.record.end_unix_ns = Some(end_unix_ns.max(open.record.start_unix_ns));
         if let Some(r) = route {
-            open.record.route = Some(crate::labels::truncate_label(r).to_string());
+            open.record.route = Some(inner.names.get(r));
         }
-        if inner.ended.len() >= inner.limits.max_ended_per_window {
-            inner.dropped += 1;
+        if open.crossed_window || self.sampled.may_contain(span_id) {
+            if let Some(parent) = open.record.parent_span_id {
+                self.sampled.mark(parent);
+            }
+            if inner.ended.len() >= inner.limits.max_ended_per_window {
+                inner.dropped += 1;
+            } else {
+                inner.ended.push(open.record);
+            }
+        } else if inner.limits.max_ended_unsampled > 0 {
+            if inner.unsampled.len() >= inner.limits.max_ended_unsampled {
+                inner.unsampled.pop_front();
+                inner.left_out += 1;
+            }
+            inner.unsampled.push_back(open.record);
         } else {
-            inner.ended.push(open.record);
+            inner.left_out += 1;
+        }
+    }
+
+    /// Notes that a sample was attributed to `ctx`: its span and local root are then kept
+    /// when they end. Lock-free and allocation-free, for the sampler's per-sample path.
+    #[inline]
+    pub fn mark_sampled(&self, ctx: &SpanContext) {
+        self.sampled.mark(ctx.span_id);
+        if ctx.local_root_span_id != ctx.span_id {
+            self.sampled.mark(ctx.local_root_span_id);
         }
     }
 
@@ -231,15 +315,23 @@ impl SpanTable {
     pub fn drain_window(&self) -> WindowSpans {
         let inner = &mut *self.lock();
         let mut spans = std::mem::take(&mut inner.ended);
+        spans.extend(inner.unsampled.drain(..));
         // Open spans go into every window they overlap, so a window alone can answer for a
         // span that is still running; the query keeps the record with an end time.
-        spans.extend(inner.open.values().map(|o| o.record.clone()));
+        spans.extend(inner.open.values_mut().map(|o| {
+            o.crossed_window = true;
+            o.record.clone()
+        }));
+        // Marks from two windows back are forgotten: their spans have ended or crossed.
+        self.sampled.rotate();
         let dropped = std::mem::take(&mut inner.dropped);
+        let left_out = std::mem::take(&mut inner.left_out);
         let route_overflow = inner.routes.overflowed();
         WindowSpans {
             spans,
             routes: inner.routes.clone(),
             dropped,
+            left_out,
             route_overflow,
         }
     }
@@ -254,6 +346,9 @@ pub struct WindowSpans {
     pub routes: LabelValues,
     /// Span records dropped since the last window.
     pub dropped: u64,
+    /// Ended spans left out as unsampled before the window closed (see
+    /// [`SpanTableLimits::max_ended_unsampled`]).
+    pub left_out: u64,
     /// Route values replaced by `_other`, in total.
     pub route_overflow: u64,
 }
@@ -360,11 +455,103 @@ mod tests {
         assert_eq!(w2.spans[0].end_unix_ns, None);
     }
 
+    fn id(v: u64) -> SpanId {
+        SpanId::from_u64(v).unwrap()
+    }
+
+    /// What the sampler does when a sample is attributed to span `span` under root `root`.
+    fn sample(t: &SpanTable, span: u64, root: u64) {
+        t.mark_sampled(&SpanContext {
+            trace_id: TraceId::from_u128(1).unwrap(),
+            span_id: id(span),
+            local_root_span_id: id(root),
+        });
+    }
+
+    fn ids(w: &WindowSpans) -> Vec<u64> {
+        let mut v: Vec<u64> = w.spans.iter().map(|s| s.span_id.to_u64()).collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn unsampled_spans_wait_for_the_close_only_among_the_latest_and_the_rest_are_counted() {
+        let t = SpanTable::with_limits(SpanTableLimits {
+            max_ended_unsampled: 3,
+            ..Default::default()
+        });
+        for i in 1..=5 {
+            start(&t, i, None, false, None);
+            t.end(id(i), i * 10 + 5, None);
+        }
+        let w = t.drain_window();
+        assert_eq!(ids(&w), [3, 4, 5]);
+        assert_eq!(w.left_out, 2, "the two oldest were left out, and counted");
+        assert_eq!(w.dropped, 0, "leaving out an unsampled span is not a drop");
+    }
+
+    #[test]
+    fn a_sampled_span_its_parent_and_its_root_are_kept_however_many_others_end() {
+        let t = SpanTable::with_limits(SpanTableLimits {
+            max_ended_unsampled: 2,
+            ..Default::default()
+        });
+        start(&t, 1, None, false, Some("/checkout"));
+        start(&t, 2, Some(1), false, None);
+        start(&t, 3, Some(2), false, None);
+        sample(&t, 3, 1);
+        t.end(id(3), 100, None);
+        for i in 10..110 {
+            start(&t, i, None, false, None);
+            t.end(id(i), i * 10 + 5, None);
+        }
+        // 2 has no sample of its own: it is kept because its child 3 was.
+        t.end(id(2), 1200, None);
+        for i in 200..300 {
+            start(&t, i, None, false, None);
+            t.end(id(i), i * 10 + 5, None);
+        }
+        t.end(id(1), 3100, None);
+        let w = t.drain_window();
+        assert_eq!(ids(&w), [1, 2, 3, 298, 299]);
+        assert_eq!(w.left_out, 198);
+    }
+
+    #[test]
+    fn a_span_open_when_a_window_closes_is_kept_when_it_ends_sampled_or_not() {
+        let t = SpanTable::with_limits(SpanTableLimits {
+            max_ended_unsampled: 0,
+            ..Default::default()
+        });
+        start(&t, 1, None, false, None);
+        assert_eq!(ids(&t.drain_window()), [1]);
+        t.end(id(1), 500, None);
+        let w = t.drain_window();
+        assert_eq!(ids(&w), [1]);
+        assert_eq!(w.spans[0].end_unix_ns, Some(500));
+        assert_eq!(w.left_out, 0);
+    }
+
+    #[test]
+    fn records_share_the_text_of_names_and_routes() {
+        let t = SpanTable::default();
+        start(&t, 1, None, false, Some("/orders/{id}"));
+        start(&t, 2, None, false, Some("/orders/{id}"));
+        let w = t.drain_window();
+        let (a, b) = (&w.spans[0], &w.spans[1]);
+        assert!(Arc::ptr_eq(&a.name, &b.name));
+        assert!(Arc::ptr_eq(
+            a.route.as_ref().unwrap(),
+            b.route.as_ref().unwrap()
+        ));
+    }
+
     #[test]
     fn a_recycled_buffer_takes_the_next_windows_spans_and_loses_none() {
         let t = SpanTable::default();
         for i in 1..=1000 {
             start(&t, i, None, false, None);
+            sample(&t, i, i);
             t.end(SpanId::from_u64(i).unwrap(), i * 10 + 5, None);
         }
         let w1 = t.drain_window();

@@ -63,6 +63,7 @@ fn window_counters_and_profiler_stats_agree_on_every_drop() {
         max_open: 4,
         max_ended_per_window: 4,
         max_routes: 3,
+        ..Default::default()
     }));
     for i in 1..=20u64 {
         spans.start(SpanStart {

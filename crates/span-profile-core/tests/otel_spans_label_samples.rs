@@ -93,7 +93,7 @@ fn nested_spans_route_local_root_and_profile_id_attribute() {
     let recorded: Vec<_> = windows.iter().flat_map(|w| &w.spans).collect();
     assert!(recorded
         .iter()
-        .any(|s| s.name == "pricing.calculate" && s.end_unix_ns.is_some()));
+        .any(|s| &*s.name == "pricing.calculate" && s.end_unix_ns.is_some()));
     assert!(recorded
         .iter()
         .any(|s| s.route.as_deref() == Some("/checkout")));

@@ -76,7 +76,7 @@ fn checkout_window(version: &str, parse_date_samples: u64) -> Profile {
         parent_span_id: parent.map(sid),
         local_root_span_id: sid(1),
         name: name.into(),
-        route: (id == 1).then(|| "/checkout".to_string()),
+        route: (id == 1).then(|| "/checkout".into()),
         start_unix_ns: start,
         end_unix_ns: Some(end),
     };
@@ -230,7 +230,7 @@ fn the_diff_flags_frames_that_grew_past_the_threshold() {
 fn spans_are_listed_slowest_first_with_their_own_samples() {
     let profiles = vec![checkout_window("1.0", 56)];
     let list = query::spans(&profiles, &Filter::default());
-    assert_eq!(list[0].span.name, "POST /checkout");
+    assert_eq!(&*list[0].span.name, "POST /checkout");
     assert_eq!(list[0].samples, 8);
     assert_eq!(list[1].samples, 72);
 }

@@ -74,6 +74,6 @@ fn span_ids_routes_and_background() {
     let spans: Vec<_> = windows.iter().flat_map(|w| w.spans.iter()).collect();
     assert!(spans
         .iter()
-        .any(|s| s.name == "pricing.calculate" && s.end_unix_ns == Some(3)));
+        .any(|s| &*s.name == "pricing.calculate" && s.end_unix_ns == Some(3)));
     let _ = Arc::strong_count(&windows[0]);
 }

@@ -158,8 +158,8 @@ fn random_profile(rng: &mut Rng) -> Profile {
             span_id: c.span_id,
             parent_span_id: (rng.below(2) == 0).then_some(c.local_root_span_id),
             local_root_span_id: c.local_root_span_id,
-            name: rng.pick(ODD).to_string(),
-            route: (rng.below(2) == 0).then(|| rng.pick(ODD).to_string()),
+            name: rng.pick(ODD).into(),
+            route: (rng.below(2) == 0).then(|| rng.pick(ODD).into()),
             start_unix_ns: rng.number(),
             end_unix_ns: (rng.below(2) == 0).then(|| rng.number()),
         })

@@ -32,7 +32,7 @@ pub fn tally(profiles: &[Arc<Profile>], prefix: &str) -> HashMap<String, (u64, u
     let mut names: HashMap<SpanId, String> = HashMap::new();
     for p in profiles {
         for s in &p.spans {
-            names.insert(s.span_id, s.name.clone());
+            names.insert(s.span_id, s.name.to_string());
         }
     }
     let mut out: HashMap<String, (u64, u64, u64, u64)> = HashMap::new();
