@@ -5,7 +5,7 @@ use std::io::Write;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
-use span_profile_core::{Profile, SpanContext};
+use span_profile_core::{Profile, SpanContext, SpanId, TraceId};
 
 use crate::meta::{stack_override, MetaOut, META_PREFIX, META_VERSION};
 use crate::pprof;
@@ -57,7 +57,10 @@ pub(crate) mod keys {
 /// assert_eq!(decode_pprof(&bytes).unwrap(), p);
 /// ```
 pub fn encode_pprof(profile: &Profile) -> Vec<u8> {
-    gzip(&encode_pprof_raw(profile))
+    let mut enc = GzEncoder::new(Vec::new(), Compression::fast());
+    // Writing to a Vec<u8> through gzip cannot fail: its Write impl only grows the buffer.
+    let _ = write_pprof_with(profile, &EncodeOptions::FILE, &mut enc);
+    enc.finish().unwrap_or_default()
 }
 
 /// Like [`encode_pprof`], without gzip: the bare protobuf message.
@@ -127,13 +130,46 @@ impl EncodeOptions {
 
 /// Encodes a window as bare pprof with `options`.
 pub(crate) fn encode_pprof_with(profile: &Profile, options: &EncodeOptions) -> Vec<u8> {
-    let (head, samples) = to_head(profile, options);
-    // Roughly: ids of ~20 frames, four values and six labels per sample.
-    let mut buf = Vec::with_capacity(head.encoded_len() + samples.rows.len() * 128);
+    let mut buf = Vec::new();
+    // Writing to a Vec<u8> cannot fail: it grows as needed.
+    let _ = write_pprof_with(profile, options, &mut buf);
+    buf
+}
+
+/// Bytes gathered before each write to the output.
+const CHUNK: usize = 64 * 1024;
+
+/// Writes a window as bare pprof with `options` to `out`, a piece at a time: the message
+/// without its strings, each string, then the samples (protobuf fields may come in any
+/// order, and a repeated field's entries may be spread). So the whole message is never held
+/// in memory: at a busy window's close it is megabytes, mostly the meta comment's span
+/// table, and gzip needs only its output.
+fn write_pprof_with<W: Write>(
+    profile: &Profile,
+    options: &EncodeOptions,
+    out: &mut W,
+) -> std::io::Result<()> {
+    let (mut head, samples) = to_head(profile, options);
+    let strings = std::mem::take(&mut head.string_table);
+    let mut buf = Vec::with_capacity(CHUNK);
     // Encoding into a Vec<u8> cannot fail: it grows as needed.
     let _ = head.encode(&mut buf);
-    samples.encode(profile, &mut buf);
-    buf
+    drop(head);
+    for s in &strings {
+        // Profile.string_table = 6, length-delimited; an empty string is written too, since
+        // its place is its index.
+        buf.push(0x32);
+        put_varint(&mut buf, s.len() as u64);
+        if buf.len() + s.len() > CHUNK {
+            out.write_all(&buf)?;
+            buf.clear();
+            out.write_all(s.as_bytes())?;
+        } else {
+            buf.extend_from_slice(s.as_bytes());
+        }
+    }
+    drop(strings);
+    samples.encode(profile, &mut buf, out)
 }
 
 /// Gzip at a fast level: pprof compresses well even so, and export time matters more.
@@ -144,13 +180,14 @@ pub(crate) fn gzip(raw: &[u8]) -> Vec<u8> {
     enc.finish().unwrap_or_default()
 }
 
-/// Interns strings into a pprof string table (entry 0 is `""`).
+/// Interns strings into a pprof string table (entry 0 is `""`). Each string is held once: the
+/// table owns it, and the indexes key on the profile's own text or on the id it formats.
 #[derive(Debug)]
 struct Strings<'a> {
     table: Vec<String>,
     index: FxHashMap<&'a str, i64>,
-    /// Strings that are not borrowed from the profile (formatted ids, the meta comment).
-    owned: FxHashMap<String, i64>,
+    trace_ids: FxHashMap<TraceId, i64>,
+    span_ids: FxHashMap<SpanId, i64>,
 }
 
 impl<'a> Strings<'a> {
@@ -160,7 +197,8 @@ impl<'a> Strings<'a> {
         Self {
             table: vec![String::new()],
             index,
-            owned: FxHashMap::default(),
+            trace_ids: FxHashMap::default(),
+            span_ids: FxHashMap::default(),
         }
     }
 
@@ -173,12 +211,21 @@ impl<'a> Strings<'a> {
         i
     }
 
-    fn get_owned(&mut self, s: String) -> i64 {
-        if let Some(&i) = self.index.get(s.as_str()).or_else(|| self.owned.get(&s)) {
+    fn trace_id(&mut self, id: TraceId) -> i64 {
+        if let Some(&i) = self.trace_ids.get(&id) {
             return i;
         }
-        let i = self.push(s.clone());
-        self.owned.insert(s, i);
+        let i = self.push(id.to_string());
+        self.trace_ids.insert(id, i);
+        i
+    }
+
+    fn span_id(&mut self, id: SpanId) -> i64 {
+        if let Some(&i) = self.span_ids.get(&id) {
+            return i;
+        }
+        let i = self.push(id.to_string());
+        self.span_ids.insert(id, i);
         i
     }
 
@@ -219,7 +266,14 @@ struct SampleRows {
 }
 
 impl SampleRows {
-    fn encode(&self, profile: &Profile, buf: &mut Vec<u8>) {
+    /// Appends the samples to `buf`, writing it out to `out` whenever it passes [`CHUNK`], and
+    /// at the end.
+    fn encode<W: Write>(
+        &self,
+        profile: &Profile,
+        buf: &mut Vec<u8>,
+        out: &mut W,
+    ) -> std::io::Result<()> {
         let [k_trace, k_span, k_root, k_route, k_thread, k_task] = self.keys;
         let n_frames = profile.frames.len();
         let mut w = SampleWriter::default();
@@ -280,7 +334,14 @@ impl SampleRows {
                 labels.push((k_task, task));
             }
             w.put_sample(buf, &locations, values, &labels);
+            if buf.len() >= CHUNK {
+                out.write_all(buf)?;
+                buf.clear();
+            }
         }
+        out.write_all(buf)?;
+        buf.clear();
+        Ok(())
     }
 }
 
@@ -445,10 +506,10 @@ fn to_head(profile: &Profile, options: &EncodeOptions) -> (pprof::Profile, Sampl
                         ctx.span_id
                     };
                     [
-                        strings.get_owned(ctx.trace_id.to_string()),
-                        strings.get_owned(span.to_string()),
+                        strings.trace_id(ctx.trace_id),
+                        strings.span_id(span),
                         if o.local_root_label {
-                            strings.get_owned(ctx.local_root_span_id.to_string())
+                            strings.span_id(ctx.local_root_span_id)
                         } else {
                             0
                         },
@@ -522,10 +583,18 @@ fn meta_comment<'a>(
         stacks: sample_stacks.as_ref().map(|_| profile.stacks.as_slice()),
         sample_stacks,
     };
-    // Serializing plain data (strings, integers, ids that print as hex) into a String
-    // cannot fail; an empty comment would only lose the meta, never corrupt the file.
-    let meta_json = serde_json::to_string(&meta).unwrap_or_default();
-    vec![strings.get_owned(format!("{META_PREFIX}{meta_json}"))]
+    // The span table makes this the largest string of a busy window (megabytes): it is
+    // written once, after its prefix, and moved into the table.
+    let mut comment = Vec::with_capacity(META_PREFIX.len() + 256 * (profile.spans.len() + 4));
+    comment.extend_from_slice(META_PREFIX.as_bytes());
+    // Serializing plain data (strings, integers, ids that print as hex) cannot fail, and
+    // serde_json writes UTF-8; an empty comment would only lose the meta, never corrupt the
+    // file.
+    let comment = match serde_json::to_writer(&mut comment, &meta) {
+        Ok(()) => String::from_utf8(comment).unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    vec![strings.push(comment)]
 }
 
 #[cfg(test)]
