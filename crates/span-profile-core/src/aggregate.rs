@@ -550,7 +550,8 @@ fn spans_to_keep(
     }
     let carry_from = window_end_ns.saturating_sub(CARRY_SPANS_ENDED_WITHIN_NS);
     let mut out = KeptSpans {
-        kept: Vec::new(),
+        // The profile holds these until it is exported: sized for them, not doubled.
+        kept: Vec::with_capacity(keep.len()),
         left_out: 0,
         carry: Vec::new(),
     };

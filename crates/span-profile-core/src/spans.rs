@@ -315,6 +315,8 @@ impl SpanTable {
     pub fn drain_window(&self) -> WindowSpans {
         let inner = &mut *self.lock();
         let mut spans = std::mem::take(&mut inner.ended);
+        // Exactly: this buffer is recycled, and doubling it would keep the slack for good.
+        spans.reserve_exact(inner.unsampled.len() + inner.open.len());
         spans.extend(inner.unsampled.drain(..));
         // Open spans go into every window they overlap, so a window alone can answer for a
         // span that is still running; the query keeps the record with an end time.
