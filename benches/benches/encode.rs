@@ -150,6 +150,20 @@ fn window() -> Profile {
     p
 }
 
+/// The same window with the span table of a busy service: 50,000 records (a 60 s window of
+/// the bench's threads variant keeps about that many; ADR 0013).
+fn busy_window() -> Profile {
+    let mut p = window();
+    let template = p.spans[0].clone();
+    p.spans.extend((1..=50_000u64 - 500).map(|i| SpanRecord {
+        span_id: SpanId::from_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1).expect("nonzero"),
+        start_unix_ns: template.start_unix_ns + i * 1_000_000,
+        end_unix_ns: Some(template.start_unix_ns + i * 1_000_000 + 720_000_000),
+        ..template.clone()
+    }));
+    p
+}
+
 fn encode(c: &mut Criterion) {
     let p = window();
     let gz = span_profile_export::encode_pprof(&p);
@@ -170,6 +184,13 @@ fn encode(c: &mut Criterion) {
     });
     g.bench_function("pprof_decode_gzip_10k_stacks", |b| {
         b.iter(|| span_profile_export::decode_pprof(black_box(&gz)))
+    });
+    g.finish();
+    let busy = busy_window();
+    let mut g = c.benchmark_group("encode");
+    g.sample_size(20);
+    g.bench_function("pprof_gzip_10k_stacks_50k_spans", |b| {
+        b.iter(|| span_profile_export::encode_pprof(black_box(&busy)))
     });
     g.finish();
 }

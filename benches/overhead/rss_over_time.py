@@ -43,12 +43,16 @@ def heap():
     return (m.uordblks + m.hblkhd) / 2**20, m.fordblks / 2**20
 
 
-def watch(every, show_heap):
+def watch(every, show_heap, trim):
     t0 = time.time()
     while True:
         time.sleep(every)
         s = span_profile.stats()
         extra = ""
+        if trim:
+            c0 = time.thread_time()
+            ctypes.CDLL(None).malloc_trim(0)
+            extra += "  trim=%.2f ms" % (1000 * (time.thread_time() - c0))
         if show_heap:
             used, free = heap()
             extra = "  malloc in use=%5.1f MB  free in arenas=%5.1f MB" % (used, free)
@@ -62,6 +66,8 @@ def main():
     ap.add_argument("--every", type=float, default=5.0)
     ap.add_argument("--no-processor", action="store_true")
     ap.add_argument("--heap", action="store_true", help="also print glibc's mallinfo2 counters")
+    ap.add_argument("--trim", action="store_true",
+                    help="an experiment: call glibc's malloc_trim(0) before each line, and print its CPU time")
     ap.add_argument("workload", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = [a for a in args.workload if a != "--"]
@@ -71,7 +77,7 @@ def main():
         from opentelemetry.sdk.trace import SpanProcessor
 
         span_profile.SpanProcessor = SpanProcessor
-    threading.Thread(target=watch, args=(args.every, args.heap), daemon=True).start()
+    threading.Thread(target=watch, args=(args.every, args.heap, args.trim), daemon=True).start()
     sys.argv = argv
     runpy.run_path(argv[0], run_name="__main__")
 

@@ -149,13 +149,17 @@ fn write_pprof_with<W: Write>(
     options: &EncodeOptions,
     out: &mut W,
 ) -> std::io::Result<()> {
-    let (mut head, samples) = to_head(profile, options);
+    let (mut head, samples, meta) = to_head(profile, options);
     let strings = std::mem::take(&mut head.string_table);
     let mut buf = Vec::with_capacity(CHUNK);
     // Encoding into a Vec<u8> cannot fail: it grows as needed.
     let _ = head.encode(&mut buf);
     drop(head);
-    for s in &strings {
+    for (i, s) in strings.iter().enumerate() {
+        if let Some(meta) = meta.as_ref().filter(|m| m.index == i) {
+            meta.write(&mut buf, out)?;
+            continue;
+        }
         // Profile.string_table = 6, length-delimited; an empty string is written too, since
         // its place is its index.
         buf.push(0x32);
@@ -416,8 +420,12 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// Builds the pprof message for a window, without its samples, and the samples' labels.
-fn to_head(profile: &Profile, options: &EncodeOptions) -> (pprof::Profile, SampleRows) {
+/// Builds the pprof message for a window, without its samples, and the samples' labels; and
+/// the meta comment, whose string-table entry is left empty for [`MetaString::write`].
+fn to_head<'a>(
+    profile: &'a Profile,
+    options: &EncodeOptions,
+) -> (pprof::Profile, SampleRows, Option<MetaString<'a>>) {
     let mut strings = Strings::new();
     let types: &[(&str, &str)] = match options.values {
         ValueSet::All => &SAMPLE_TYPES,
@@ -530,11 +538,10 @@ fn to_head(profile: &Profile, options: &EncodeOptions) -> (pprof::Profile, Sampl
         ValueSet::All | ValueSet::Cpu => ("cpu", "cpu"),
         ValueSet::Wall => ("wall", "wall"),
     };
-    let comment = if o.meta {
-        meta_comment(profile, truncated_location, &mut strings)
-    } else {
-        Vec::new()
-    };
+    let meta = o
+        .meta
+        .then(|| meta_comment(profile, truncated_location, &mut strings));
+    let comment = meta.iter().map(|m| m.index as i64).collect();
     let period_type = Some(pprof::ValueType {
         r#type: strings.get(period_name),
         unit: strings.get("nanoseconds"),
@@ -564,15 +571,81 @@ fn to_head(profile: &Profile, options: &EncodeOptions) -> (pprof::Profile, Sampl
         truncated_location,
         values: o.values,
     };
-    (head, rows)
+    (head, rows, meta)
 }
 
-/// The lossless meta comment (see the crate docs).
+/// The lossless meta comment (see the crate docs): the string-table entry `index`, which
+/// the table holds empty.
+struct MetaString<'a> {
+    index: usize,
+    meta: MetaOut<'a>,
+}
+
+impl MetaString<'_> {
+    /// Writes the entry (`buf` first, with what it holds): the span table makes it a busy
+    /// window's largest string, megabytes of JSON, so it is serialized twice, to count its
+    /// length and then straight to `out`, rather than held.
+    fn write<W: Write>(&self, buf: &mut Vec<u8>, out: &mut W) -> std::io::Result<()> {
+        let mut count = Counted {
+            inner: std::io::sink(),
+            written: 0,
+        };
+        // Serializing plain data (strings, integers, ids that print as hex) does not fail;
+        // if it ever did, an empty comment would lose the meta, never corrupt the file.
+        let json_len = match serde_json::to_writer(&mut count, &self.meta) {
+            Ok(()) => count.written,
+            Err(_) => {
+                buf.extend_from_slice(&[0x32, 0]);
+                return Ok(());
+            }
+        };
+        buf.push(0x32);
+        put_varint(buf, (META_PREFIX.len() + json_len) as u64);
+        buf.extend_from_slice(META_PREFIX.as_bytes());
+        out.write_all(buf)?;
+        buf.clear();
+        let mut w = std::io::BufWriter::with_capacity(
+            CHUNK,
+            Counted {
+                inner: &mut *out,
+                written: 0,
+            },
+        );
+        serde_json::to_writer(&mut w, &self.meta)?;
+        let w = w.into_inner().map_err(|e| e.into_error())?;
+        if w.written != json_len {
+            // The length is already written: a different second pass would corrupt the
+            // message, so the export fails instead.
+            return Err(std::io::Error::other(
+                "the meta comment serialized to a different length twice",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A writer that counts the bytes it passes on.
+struct Counted<W> {
+    inner: W,
+    written: usize,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(b)?;
+        self.written += n;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 fn meta_comment<'a>(
     profile: &'a Profile,
     truncated_location: Option<u64>,
     strings: &mut Strings<'a>,
-) -> Vec<i64> {
+) -> MetaString<'a> {
     let sample_stacks = stack_override(profile);
     let meta = MetaOut {
         v: META_VERSION,
@@ -583,18 +656,10 @@ fn meta_comment<'a>(
         stacks: sample_stacks.as_ref().map(|_| profile.stacks.as_slice()),
         sample_stacks,
     };
-    // The span table makes this the largest string of a busy window (megabytes): it is
-    // written once, after its prefix, and moved into the table.
-    let mut comment = Vec::with_capacity(META_PREFIX.len() + 256 * (profile.spans.len() + 4));
-    comment.extend_from_slice(META_PREFIX.as_bytes());
-    // Serializing plain data (strings, integers, ids that print as hex) cannot fail, and
-    // serde_json writes UTF-8; an empty comment would only lose the meta, never corrupt the
-    // file.
-    let comment = match serde_json::to_writer(&mut comment, &meta) {
-        Ok(()) => String::from_utf8(comment).unwrap_or_default(),
-        Err(_) => String::new(),
-    };
-    vec![strings.push(comment)]
+    MetaString {
+        index: strings.push(String::new()) as usize,
+        meta,
+    }
 }
 
 #[cfg(test)]
