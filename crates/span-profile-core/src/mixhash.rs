@@ -38,13 +38,18 @@ impl Hasher for MixHasher {
     }
     #[inline]
     fn finish(&self) -> u64 {
-        let mut h = self.0.finish();
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^ (h >> 33)
+        mix64(self.0.finish())
     }
+}
+
+/// murmur3's 64-bit finalizer: every input bit flips about half the output bits.
+#[inline]
+pub(crate) fn mix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 /// `BuildHasher` for [`MixHasher`].

@@ -313,6 +313,9 @@ impl SpanTable {
     /// open that started or were current during it, the route table and the count of span
     /// records dropped since the last drain.
     pub fn drain_window(&self) -> WindowSpans {
+        // Marks from two windows back are forgotten: their spans have ended or crossed. This
+        // clears 128 KiB, so it is done before taking the lock the span hooks wait on.
+        self.sampled.rotate();
         let inner = &mut *self.lock();
         let mut spans = std::mem::take(&mut inner.ended);
         // Exactly: this buffer is recycled, and doubling it would keep the slack for good.
@@ -324,8 +327,6 @@ impl SpanTable {
             o.crossed_window = true;
             o.record.clone()
         }));
-        // Marks from two windows back are forgotten: their spans have ended or crossed.
-        self.sampled.rotate();
         let dropped = std::mem::take(&mut inner.dropped);
         let left_out = std::mem::take(&mut inner.left_out);
         let route_overflow = inner.routes.overflowed();

@@ -57,10 +57,16 @@ pub(crate) mod keys {
 /// assert_eq!(decode_pprof(&bytes).unwrap(), p);
 /// ```
 pub fn encode_pprof(profile: &Profile) -> Vec<u8> {
-    let mut enc = GzEncoder::new(Vec::new(), Compression::fast());
-    // Writing to a Vec<u8> through gzip cannot fail: its Write impl only grows the buffer.
-    let _ = write_pprof_with(profile, &EncodeOptions::FILE, &mut enc);
-    enc.finish().unwrap_or_default()
+    let gzip_with = |meta: MetaMode| {
+        let mut enc = GzEncoder::new(Vec::new(), Compression::fast());
+        write_pprof_with(profile, &EncodeOptions::FILE, meta, &mut enc)?;
+        enc.finish()
+    };
+    // Writing to a Vec<u8>, through gzip or not, cannot fail: only a streamed meta comment
+    // can (see `MetaString::write`), and the held form cannot.
+    gzip_with(MetaMode::Streamed)
+        .or_else(|_| gzip_with(MetaMode::Held))
+        .unwrap_or_default()
 }
 
 /// Like [`encode_pprof`], without gzip: the bare protobuf message.
@@ -130,10 +136,23 @@ impl EncodeOptions {
 
 /// Encodes a window as bare pprof with `options`.
 pub(crate) fn encode_pprof_with(profile: &Profile, options: &EncodeOptions) -> Vec<u8> {
-    let mut buf = Vec::new();
-    // Writing to a Vec<u8> cannot fail: it grows as needed.
-    let _ = write_pprof_with(profile, options, &mut buf);
-    buf
+    let raw_with = |meta: MetaMode| {
+        let mut buf = Vec::new();
+        write_pprof_with(profile, options, meta, &mut buf).map(|()| buf)
+    };
+    // As in `encode_pprof`: only the streamed meta comment can fail.
+    raw_with(MetaMode::Streamed)
+        .or_else(|_| raw_with(MetaMode::Held))
+        .unwrap_or_default()
+}
+
+/// How the meta comment reaches the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MetaMode {
+    /// Serialized twice, to count its length and then straight to the output: never held.
+    Streamed,
+    /// Serialized once into memory, then written: the fallback if the two passes disagree.
+    Held,
 }
 
 /// Bytes gathered before each write to the output.
@@ -147,6 +166,7 @@ const CHUNK: usize = 64 * 1024;
 fn write_pprof_with<W: Write>(
     profile: &Profile,
     options: &EncodeOptions,
+    meta_mode: MetaMode,
     out: &mut W,
 ) -> std::io::Result<()> {
     let (mut head, samples, meta) = to_head(profile, options);
@@ -157,7 +177,7 @@ fn write_pprof_with<W: Write>(
     drop(head);
     for (i, s) in strings.iter().enumerate() {
         if let Some(meta) = meta.as_ref().filter(|m| m.index == i) {
-            meta.write(&mut buf, out)?;
+            meta.write(meta_mode, &mut buf, out)?;
             continue;
         }
         // Profile.string_table = 6, length-delimited; an empty string is written too, since
@@ -582,10 +602,36 @@ struct MetaString<'a> {
 }
 
 impl MetaString<'_> {
-    /// Writes the entry (`buf` first, with what it holds): the span table makes it a busy
-    /// window's largest string, megabytes of JSON, so it is serialized twice, to count its
-    /// length and then straight to `out`, rather than held.
-    fn write<W: Write>(&self, buf: &mut Vec<u8>, out: &mut W) -> std::io::Result<()> {
+    /// Writes the entry (`buf` first, with what it holds). The span table makes it a busy
+    /// window's largest string, megabytes of JSON, so [`MetaMode::Streamed`] serializes it
+    /// twice, to count its length and then straight to `out`, rather than hold it; that fails
+    /// if the two passes disagree. [`MetaMode::Held`] serializes it once, into memory.
+    fn write<W: Write>(
+        &self,
+        mode: MetaMode,
+        buf: &mut Vec<u8>,
+        out: &mut W,
+    ) -> std::io::Result<()> {
+        if mode == MetaMode::Held {
+            // Serializing plain data (strings, integers, ids that print as hex) does not
+            // fail; if it ever did, an empty comment would lose the meta, never corrupt the
+            // file.
+            let json = serde_json::to_vec(&self.meta).unwrap_or_default();
+            let len = if json.is_empty() {
+                0
+            } else {
+                META_PREFIX.len() + json.len()
+            };
+            buf.push(0x32);
+            put_varint(buf, len as u64);
+            if len > 0 {
+                buf.extend_from_slice(META_PREFIX.as_bytes());
+                out.write_all(buf)?;
+                buf.clear();
+                out.write_all(&json)?;
+            }
+            return Ok(());
+        }
         let mut count = Counted {
             inner: std::io::sink(),
             written: 0,
@@ -615,7 +661,7 @@ impl MetaString<'_> {
         let w = w.into_inner().map_err(|e| e.into_error())?;
         if w.written != json_len {
             // The length is already written: a different second pass would corrupt the
-            // message, so the export fails instead.
+            // message, so this attempt fails, and the caller writes the held form instead.
             return Err(std::io::Error::other(
                 "the meta comment serialized to a different length twice",
             ));
@@ -665,6 +711,31 @@ fn meta_comment<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_streamed_meta_comment_writes_the_same_bytes_as_the_held_one() {
+        let mut p = Profile::empty(span_profile_core::Resource::default(), 7, 1_000, 10);
+        p.spans = (1..=300u64)
+            .map(|i| span_profile_core::SpanRecord {
+                trace_id: TraceId::from_u128(u128::from(i)).unwrap(),
+                span_id: SpanId::from_u64(i).unwrap(),
+                parent_span_id: SpanId::from_u64(i / 2),
+                local_root_span_id: SpanId::from_u64(1).unwrap(),
+                name: "pricing \"calculate\" ✓".into(),
+                route: (i % 3 == 0).then(|| "/orders/{id}".into()),
+                start_unix_ns: i,
+                end_unix_ns: Some(i + 5),
+            })
+            .collect();
+        let write = |mode| {
+            let mut out = Vec::new();
+            write_pprof_with(&p, &EncodeOptions::FILE, mode, &mut out).unwrap();
+            out
+        };
+        let streamed = write(MetaMode::Streamed);
+        assert_eq!(streamed, write(MetaMode::Held));
+        assert_eq!(crate::decode_pprof(&streamed).unwrap(), p);
+    }
 
     #[test]
     fn sample_writer_matches_prost() {
