@@ -57,7 +57,7 @@ pub use merge::{merge_windows, MergeError, WindowMerger};
 pub use profile::{Profile, ProfileSample, SpanRecord, WindowStats};
 pub use registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
 pub use runtime::{Profiler, ProfilerBuilder, ProfilerStats, StartError};
-pub use spans::{SpanScope, SpanStart, SpanTable, SpanTableLimits, WindowSpans};
+pub use spans::{SpanEnd, SpanScope, SpanStart, SpanTable, SpanTableLimits, WindowSpans};
 pub use walker::{RawSample, StackSink, StackWalker, WalkError};
 
 /// Internals exposed for fuzz targets, benches and allocation tests. Not a stable API.

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::labels::{truncate_label, LabelId, LabelValues, BACKGROUND_ROUTE};
+use crate::mixhash::MixBuild;
 use crate::registry::ActiveSpan;
 use crate::sampled::SampledSpans;
 use crate::{SpanContext, SpanId, SpanRecord, TraceId};
@@ -26,6 +27,23 @@ pub struct SpanStart<'a> {
     pub route: Option<&'a str>,
     /// Start time, Unix nanoseconds.
     pub start_unix_ns: u64,
+}
+
+/// What [`SpanTable::end`] found out about a span that ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SpanEnd {
+    /// The span may have samples (one named it, or a child with samples ended first), or a
+    /// window closed while it was open. Its record is kept for the window (counted in
+    /// `dropped_spans` if the window's cap is reached), and a link to its profile is worth
+    /// setting.
+    Sampled,
+    /// No sample named the span yet: its record waits among the latest unsampled ends for the
+    /// window's close to decide.
+    Unsampled,
+    /// The table did not know the span open: it was not started through
+    /// [`SpanTable::start`], was past [`SpanTableLimits::max_open`], or had ended already.
+    NotOpen,
 }
 
 /// Limits of the span table.
@@ -72,7 +90,7 @@ struct Open {
 /// copies no text.
 #[derive(Debug)]
 struct Names {
-    set: HashSet<Arc<str>>,
+    set: HashSet<Arc<str>, MixBuild>,
     cap: usize,
 }
 
@@ -92,7 +110,9 @@ impl Names {
 
 #[derive(Debug)]
 struct Inner {
-    open: HashMap<SpanId, Open>,
+    /// Keyed with the aggregator's hasher, not SipHash (which showed in the span hooks'
+    /// profile): span ids are made in this process, not chosen by a client.
+    open: HashMap<SpanId, Open, MixBuild>,
     /// Ended spans with samples (or that crossed a window), for this window.
     ended: Vec<SpanRecord>,
     /// Ended spans with no sample yet, the latest [`SpanTableLimits::max_ended_unsampled`].
@@ -142,11 +162,11 @@ impl SpanTable {
     pub fn with_limits(limits: SpanTableLimits) -> Self {
         Self {
             inner: Mutex::new(Inner {
-                open: HashMap::new(),
+                open: HashMap::default(),
                 ended: Vec::new(),
                 unsampled: VecDeque::new(),
                 names: Names {
-                    set: HashSet::new(),
+                    set: HashSet::default(),
                     cap: limits.max_shared_names,
                 },
                 routes: LabelValues::with_cap(limits.max_routes),
@@ -222,12 +242,27 @@ impl SpanTable {
     /// is its parent when that ends. One with none yet is kept only among the latest
     /// [`SpanTableLimits::max_ended_unsampled`]: the window's close decides on those, and the
     /// older ones are counted as unsampled. So memory follows the sampled spans, not the
-    /// request rate.
-    pub fn end(&self, span_id: SpanId, end_unix_ns: u64, route: Option<&str>) {
+    /// request rate. Returns which of these the span was.
+    ///
+    /// ```
+    /// use span_profile_core::{SpanContext, SpanEnd, SpanId, SpanStart, SpanTable, TraceId};
+    /// let table = SpanTable::default();
+    /// let (trace_id, quiet, busy) =
+    ///     (TraceId::from_u128(7).unwrap(), SpanId::from_u64(1).unwrap(), SpanId::from_u64(2).unwrap());
+    /// for span_id in [quiet, busy] {
+    ///     table.start(SpanStart { trace_id, span_id, parent_span_id: None, parent_is_remote: false,
+    ///                             name: "op", route: None, start_unix_ns: 0 });
+    /// }
+    /// table.mark_sampled(&SpanContext { trace_id, span_id: busy, local_root_span_id: busy });
+    /// assert_eq!(table.end(quiet, 10, None), SpanEnd::Unsampled);
+    /// assert_eq!(table.end(busy, 10, None), SpanEnd::Sampled);
+    /// assert_eq!(table.end(busy, 11, None), SpanEnd::NotOpen); // ended already
+    /// ```
+    pub fn end(&self, span_id: SpanId, end_unix_ns: u64, route: Option<&str>) -> SpanEnd {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let Some(mut open) = inner.open.remove(&span_id) else {
-            return;
+            return SpanEnd::NotOpen;
         };
         open.record.end_unix_ns = Some(end_unix_ns.max(open.record.start_unix_ns));
         if let Some(r) = route {
@@ -242,14 +277,18 @@ impl SpanTable {
             } else {
                 inner.ended.push(open.record);
             }
-        } else if inner.limits.max_ended_unsampled > 0 {
-            if inner.unsampled.len() >= inner.limits.max_ended_unsampled {
-                inner.unsampled.pop_front();
+            SpanEnd::Sampled
+        } else {
+            if inner.limits.max_ended_unsampled > 0 {
+                if inner.unsampled.len() >= inner.limits.max_ended_unsampled {
+                    inner.unsampled.pop_front();
+                    inner.left_out += 1;
+                }
+                inner.unsampled.push_back(open.record);
+            } else {
                 inner.left_out += 1;
             }
-            inner.unsampled.push_back(open.record);
-        } else {
-            inner.left_out += 1;
+            SpanEnd::Unsampled
         }
     }
 
@@ -533,6 +572,41 @@ mod tests {
         assert_eq!(ids(&w), [1]);
         assert_eq!(w.spans[0].end_unix_ns, Some(500));
         assert_eq!(w.left_out, 0);
+    }
+
+    #[test]
+    fn an_end_says_whether_the_span_may_have_samples() {
+        let t = SpanTable::default();
+        // 1 is a root; 2 its child, with a sample; 3 a child with none; 4 crosses a window.
+        start(&t, 1, None, false, None);
+        start(&t, 2, Some(1), false, None);
+        start(&t, 3, Some(1), false, None);
+        sample(&t, 2, 1);
+        assert_eq!(t.end(id(3), 10, None), SpanEnd::Unsampled);
+        assert_eq!(t.end(id(2), 20, None), SpanEnd::Sampled);
+        // The root: its child's sample named it, and the child's end marked it too.
+        assert_eq!(t.end(id(1), 30, None), SpanEnd::Sampled);
+        start(&t, 4, None, false, None);
+        t.drain_window();
+        assert_eq!(
+            t.end(id(4), 40, None),
+            SpanEnd::Sampled,
+            "open across a close"
+        );
+        assert_eq!(t.end(id(4), 41, None), SpanEnd::NotOpen, "ended already");
+        assert_eq!(t.end(id(99), 50, None), SpanEnd::NotOpen, "never started");
+    }
+
+    #[test]
+    fn a_parent_is_sampled_through_a_child_that_ends_first_with_samples() {
+        let t = SpanTable::default();
+        // The sample names the child and its local root (1), not the middle span (2).
+        start(&t, 1, None, false, None);
+        start(&t, 2, Some(1), false, None);
+        start(&t, 3, Some(2), false, None);
+        sample(&t, 3, 1);
+        assert_eq!(t.end(id(3), 10, None), SpanEnd::Sampled);
+        assert_eq!(t.end(id(2), 20, None), SpanEnd::Sampled);
     }
 
     #[test]

@@ -24,7 +24,7 @@ STATS_KEYS = (
     "dropped_samples", "sampler_cpu_ns", "exporter_cpu_ns", "missed_ticks", "truncated_stacks",
     "skipped_threads", "label_overflow", "dropped_spans", "torn_samples", "registry_active_keys", "registry_full",
     "registry_unmatched_exits", "registry_contended_reads", "spans_started", "spans_ended",
-    "hook_errors", "span_objects", "span_objects_full", "span_objects_evicted",
+    "hook_errors", "links_unwritten", "span_objects", "span_objects_full", "span_objects_evicted",
 )
 
 

@@ -12,20 +12,30 @@ _NATIVE = None
 _get_ident = threading.get_ident
 _get_native_id = getattr(threading, "get_native_id", lambda: 0)
 
+# OpenTelemetry SDK 1.35+ calls `_on_ending(span)` with the live span just before `on_end`.
+# There a span's end is recorded from what `on_start` listed, without reading the span, and
+# the link goes only on spans that may have samples; `on_end` then does nothing. Older SDKs:
+# `on_start` links and `on_end` records the end (docs/adr/0014).
+_SDK_ON_ENDING = getattr(_SdkSpanProcessor, "_on_ending", None)
+_native.set_ends_at_ending(_SDK_ON_ENDING is not None)
+
 
 class SpanProcessor(_SdkSpanProcessor):
     """Links OpenTelemetry spans to profiles.
 
     Add it to the TracerProvider: ``provider.add_span_processor(span_profile.SpanProcessor())``.
     On start it records the span (its parent, local root and ``http.route``) in the agent's span
-    table, lists the span object for the sampler, and sets the attribute
-    ``pyroscope.profile.id`` to the span id (16 hex digits) on the spans whose own id the output
-    keeps samples under: every span for a directory or OTLP, the local roots only for Pyroscope
-    (unless ``PYROSCOPE_SPAN_SCOPE=all``). On end it records the end time. Which span is current
-    on a thread is not tracked here: the sampler reads OpenTelemetry's own context and
-    attributes samples to its span when this processor started it. Does nothing while no agent
-    runs. It never raises into the application: failures are counted in
-    ``stats()["hook_errors"]``.
+    table and lists the span object for the sampler. As the span ends it records the end time
+    and sets the attribute ``pyroscope.profile.id`` to the span id (16 hex digits) if the span
+    may have samples and the output keeps samples under its own id: every span for a directory
+    or OTLP, the local roots only for Pyroscope (unless ``PYROSCOPE_SPAN_SCOPE=all``). So a
+    link never leads to an empty profile. (SDKs before 1.35, which have no ``_on_ending``, get
+    the link on every span in that scope, at start.) Which span is current on a thread is not
+    tracked here: the sampler reads OpenTelemetry's own context and attributes samples to its
+    span when this processor started it. Does nothing while no agent runs. It never raises
+    into the application: failures are counted in ``stats()["hook_errors"]``.
+
+    A subclass that overrides ``on_start`` or ``_on_ending`` must call the base method.
     """
 
     def __init__(self):
@@ -37,12 +47,14 @@ class SpanProcessor(_SdkSpanProcessor):
             self.on_start = _native.span_on_start
         if cls.on_end is SpanProcessor.on_end:
             self.on_end = _native.span_on_end
-        sdk_on_ending = getattr(_SdkSpanProcessor, "_on_ending", None)  # SDK 1.35+
-        if sdk_on_ending is not None and getattr(cls, "_on_ending", None) is sdk_on_ending:
+        if _SDK_ON_ENDING is not None and cls._on_ending is SpanProcessor._on_ending:
             self._on_ending = _native.span_on_ending
 
     def on_start(self, span, parent_context=None):
         _native.span_on_start(span, parent_context)
+
+    def _on_ending(self, span):
+        _native.span_on_ending(span)
 
     def on_end(self, span):
         _native.span_on_end(span)

@@ -1,7 +1,7 @@
 //! The native agent: one running [`Profiler`] plus the span hooks that feed its registry and
 //! span table.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -11,14 +11,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use span_profile_core::{
-    ActiveSpanRegistry, ExportError, Profiler, ProfilerStats, SpanId, SpanScope, SpanStart,
-    SpanTable, StartError, TraceId,
+    ActiveSpanRegistry, ExportError, Profiler, ProfilerStats, SpanEnd, SpanId, SpanScope,
+    SpanStart, SpanTable, StartError, TraceId,
 };
 use span_profile_export::{build_output, parse_output, ExporterEnv, Output};
 
 use super::context::{slot_layout, HookCounters, PyActiveSpan, TaskTag};
 use super::settings;
-use super::span_hooks::{field, set_profile_id, span_context, text, Attributes, Hex16};
+use super::span_hooks::{
+    field, set_profile_id, set_profile_id_ending, span_context, text, Attributes, Hex16,
+};
 use super::span_objects::SpanObjects;
 use super::walker::{self, WalkerHandles};
 use crate::walker::{
@@ -234,9 +236,10 @@ impl NativeAgent {
             (p.span_id, p.is_remote)
         };
         let is_root = parent_id == 0 || remote;
-        // Only a local root's attributes are read: a local child inherits its root's route,
-        // and only roots carry `pyroscope.profile.id` (unless the link scope says all spans).
-        let links = self.link_scope.links(is_root);
+        // Only a local root's attributes are read: a local child inherits its root's route.
+        // Where the SDK calls `_on_ending`, the link is set there, on the spans that may have
+        // samples; before, every span in the link scope gets it now.
+        let links = !ends_at_ending() && self.link_scope.links(is_root);
         let attributes = if is_root || links {
             Attributes::of(span)?
         } else {
@@ -271,15 +274,40 @@ impl NativeAgent {
         Ok(())
     }
 
-    fn try_on_end(&self, span: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Records a span end (from any thread). Unknown ids are ignored.
+    fn span_end(&self, span_id: u64, end_ns: u64, route: Option<&str>) -> SpanEnd {
+        match SpanId::from_u64(span_id) {
+            Some(id) => {
+                self.counters.spans_ended.fetch_add(1, Ordering::Relaxed);
+                self.spans.end(id, end_ns, route)
+            }
+            None => SpanEnd::NotOpen,
+        }
+    }
+
+    /// The end of a span whose ids are read from the span itself: `on_end`'s `ReadableSpan`
+    /// (made for the call, so never listed), or an ending span the span-object table did not
+    /// list. Returns its id and whether it is a local root.
+    fn end_from_fields(&self, span: &Bound<'_, PyAny>) -> PyResult<(u64, bool, SpanEnd)> {
         let py = span.py();
-        // `on_end` gets a `ReadableSpan` made for the call, not the object `on_start` listed,
-        // so the ids are read from it.
         let sc = field(span, intern!(py, "_context"), intern!(py, "context"))?;
         let span_id = span_context(&sc)?.span_id;
         let parent = field(span, intern!(py, "_parent"), intern!(py, "parent"))?;
         let is_root = parent.is_none() || span_context(&parent)?.is_remote;
-        let route = if is_root {
+        let end = self.record_end(span, span_id, is_root)?;
+        Ok((span_id, is_root, end))
+    }
+
+    /// Records the end of span `span_id`, reading the end time and (for a local root) the
+    /// route from `span`.
+    fn record_end(
+        &self,
+        span: &Bound<'_, PyAny>,
+        span_id: u64,
+        read_route: bool,
+    ) -> PyResult<SpanEnd> {
+        let py = span.py();
+        let route = if read_route {
             Attributes::of(span)?
                 .map(|a| a.route())
                 .transpose()?
@@ -291,7 +319,44 @@ impl NativeAgent {
         let end_ns: u64 = field(span, intern!(py, "_end_time"), intern!(py, "end_time"))?
             .extract()
             .unwrap_or(0);
-        self.span_end(span_id, end_ns, route.as_deref());
+        Ok(self.span_end(span_id, end_ns, route.as_deref()))
+    }
+
+    fn try_on_end(&self, span: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.end_from_fields(span).map(drop)
+    }
+
+    /// `_on_ending`: the live span, which `on_start` listed with its ids, local root and route.
+    /// Only its end time is read (and a root's route, if it had none at start: some
+    /// instrumentations set it once routing is done). A span that may have samples gets
+    /// `pyroscope.profile.id` if the link scope covers it, so a link never leads to an empty
+    /// profile.
+    fn try_on_ending(&self, span: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (span_id, is_root, end) = match self.span_objects.get(span) {
+            Some(active) => {
+                let span_id = active.ctx.span_id.to_u64();
+                let is_root = active.ctx.local_root_span_id == active.ctx.span_id;
+                let read_route = is_root && active.route == LabelValues::BACKGROUND;
+                (
+                    span_id,
+                    is_root,
+                    self.record_end(span, span_id, read_route)?,
+                )
+            }
+            None => self.end_from_fields(span)?,
+        };
+        if end == SpanEnd::Sampled && self.link_scope.links(is_root) {
+            let id = Hex16::new(span_id);
+            let written = match Attributes::of(span)? {
+                Some(a) => set_profile_id_ending(&a, id.as_str())?,
+                None => false,
+            };
+            if !written {
+                self.counters
+                    .links_unwritten
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
         Ok(())
     }
 }
@@ -456,12 +521,11 @@ impl NativeAgent {
         }
     }
 
-    /// Records a span end (from any thread). Unknown ids are ignored.
-    #[pyo3(signature = (span_id, end_ns, route=None))]
-    fn span_end(&self, span_id: u64, end_ns: u64, route: Option<&str>) {
-        if let Some(id) = SpanId::from_u64(span_id) {
-            self.counters.spans_ended.fetch_add(1, Ordering::Relaxed);
-            self.spans.end(id, end_ns, route);
+    /// `SpanProcessor._on_ending`, natively: records the end and sets the link of a span that
+    /// may have samples. Never raises.
+    fn on_ending(&self, span: &Bound<'_, PyAny>) {
+        if self.try_on_ending(span).is_err() {
+            self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -614,6 +678,7 @@ impl NativeAgent {
         d.set_item("spans_started", c.spans_started.load(Ordering::Relaxed))?;
         d.set_item("spans_ended", c.spans_ended.load(Ordering::Relaxed))?;
         d.set_item("hook_errors", c.hook_errors.load(Ordering::Relaxed))?;
+        d.set_item("links_unwritten", c.links_unwritten.load(Ordering::Relaxed))?;
         let o = self.span_objects.stats();
         d.set_item("span_objects", o.listed)?;
         d.set_item("span_objects_full", o.full)?;
@@ -683,16 +748,43 @@ pub(crate) fn span_on_start(
     }
 }
 
-/// `SpanProcessor.on_end`, as a builtin (see [`NativeAgent::on_end`]). Never raises.
+/// Whether the SDK calls `SpanProcessor._on_ending` with the live span just before `on_end`
+/// (OpenTelemetry SDK 1.35 and later). Then the end is recorded there, from what `on_start`
+/// listed, and `pyroscope.profile.id` goes only on the spans that may have samples; `on_end`
+/// does nothing. Otherwise `on_start` links every span in the link scope and `on_end` records
+/// the end from the `ReadableSpan`'s fields. One SDK per process: set once, at import.
+static ENDS_AT_ENDING: AtomicBool = AtomicBool::new(false);
+
+fn ends_at_ending() -> bool {
+    // Relaxed: a flag set at import, before any span; it orders nothing else.
+    ENDS_AT_ENDING.load(Ordering::Relaxed)
+}
+
+/// Tells the hooks whether the SDK calls `_on_ending` (see [`ENDS_AT_ENDING`]).
+#[pyfunction]
+pub(crate) fn set_ends_at_ending(yes: bool) {
+    ENDS_AT_ENDING.store(yes, Ordering::Relaxed);
+}
+
+/// `SpanProcessor.on_end`, as a builtin (see [`NativeAgent::on_end`]); nothing when the SDK
+/// calls `_on_ending`. Never raises.
 #[pyfunction]
 pub(crate) fn span_on_end(py: Python<'_>, span: &Bound<'_, PyAny>) {
+    if ends_at_ending() {
+        return;
+    }
     if let Some(agent) = span_hooks_agent(py) {
         agent.get().on_end(span);
     }
 }
 
-/// `SpanProcessor._on_ending` (called by recent SDKs just before `on_end`): nothing to do.
+/// `SpanProcessor._on_ending`, as a builtin (see [`NativeAgent::on_ending`]). Never raises.
 #[pyfunction]
-pub(crate) fn span_on_ending(span: &Bound<'_, PyAny>) {
-    let _ = span;
+pub(crate) fn span_on_ending(py: Python<'_>, span: &Bound<'_, PyAny>) {
+    if !ends_at_ending() {
+        return;
+    }
+    if let Some(agent) = span_hooks_agent(py) {
+        agent.get().on_ending(span);
+    }
 }

@@ -115,4 +115,7 @@ pub(crate) struct HookCounters {
     pub(crate) spans_started: AtomicU64,
     pub(crate) spans_ended: AtomicU64,
     pub(crate) hook_errors: AtomicU64,
+    /// Spans that may have samples and should have carried `pyroscope.profile.id`, but whose
+    /// attributes had no room for it (full, or not the SDK's kind) when they ended.
+    pub(crate) links_unwritten: AtomicU64,
 }

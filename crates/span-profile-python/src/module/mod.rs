@@ -24,6 +24,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(agent::span_on_start, m)?)?;
     m.add_function(wrap_pyfunction!(agent::span_on_end, m)?)?;
     m.add_function(wrap_pyfunction!(agent::span_on_ending, m)?)?;
+    m.add_function(wrap_pyfunction!(agent::set_ends_at_ending, m)?)?;
     Ok(())
 }
 

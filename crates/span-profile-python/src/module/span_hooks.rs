@@ -147,12 +147,23 @@ impl<'py> Attributes<'py> {
     /// `BoundedAttributes` with room for one more entry and no value-length cap under `len`.
     fn writable_dict(&self, len: usize) -> PyResult<Option<&Bound<'py, PyDict>>> {
         let (py, attrs) = (self.attrs.py(), &self.attrs);
-        let Some(d) = &self.dict else {
-            return Ok(None);
-        };
         let mutable = attrs
             .getattr_opt(intern!(py, "_immutable"))?
             .is_some_and(|v| v.is_instance_of::<PyBool>() && !v.is_truthy().unwrap_or(true));
+        if !mutable {
+            return Ok(None);
+        }
+        self.dict_with_room(len)
+    }
+
+    /// The SDK's `BoundedAttributes` dict, if it has room for one more entry and no
+    /// value-length cap under `len` (what `BoundedAttributes.__setitem__` would check, short
+    /// of evicting the oldest entry when full).
+    fn dict_with_room(&self, len: usize) -> PyResult<Option<&Bound<'py, PyDict>>> {
+        let (py, attrs) = (self.attrs.py(), &self.attrs);
+        let Some(d) = &self.dict else {
+            return Ok(None);
+        };
         let has_room = || -> PyResult<bool> {
             Ok(match attrs.getattr_opt(intern!(py, "maxlen"))? {
                 Some(m) if m.is_none() => true,
@@ -167,7 +178,7 @@ impl<'py> Attributes<'py> {
                 None => false,
             })
         };
-        Ok((mutable && has_room()? && long_enough()?).then_some(d))
+        Ok((has_room()? && long_enough()?).then_some(d))
     }
 }
 
@@ -198,4 +209,23 @@ pub(crate) fn set_profile_id(
         (intern!(py, PROFILE_ID_KEY), profile_id),
     )
     .map(drop)
+}
+
+/// Sets `pyroscope.profile.id` on a span that is ending (`SpanProcessor._on_ending`, given
+/// its attributes). By then the SDK has made the attributes immutable and `set_attribute`
+/// would only log a warning; the span is finished, so no other thread writes them, and the
+/// span processors' `on_end` and the exporters read them only after this. So the entry goes
+/// into the `BoundedAttributes` dict directly, when it has room: an attribute the application
+/// set is never evicted for it. Returns whether it was written.
+pub(crate) fn set_profile_id_ending(
+    attributes: &Attributes<'_>,
+    profile_id: &str,
+) -> PyResult<bool> {
+    let py = attributes.attrs.py();
+    match attributes.dict_with_room(profile_id.len())? {
+        Some(d) => d
+            .set_item(intern!(py, PROFILE_ID_KEY), profile_id)
+            .map(|()| true),
+        None => Ok(false),
+    }
 }
