@@ -12,6 +12,9 @@ Operations (--op):
   span      `with tracer.start_as_current_span("op"): pass`: start, attach, detach, end
   attach    `detach(attach(ctx))` of a context holding one of the provider's spans: what
             context propagation without a new span costs
+  request   one request of ../shared/bench/workload.py's shape: a SERVER root with
+            `http.route` and six children, nested as there (figures are per request; divide
+            by 7 for a span)
 
 Needs valgrind (`apt-get install valgrind`). Run it with the interpreter of the venv whose
 span_profile build you want to measure:
@@ -46,6 +49,22 @@ def child(arm, op, n):
         for _ in range(n):
             with tracer.start_as_current_span("op"):
                 pass
+    elif op == "request":
+        server = trace.SpanKind.SERVER
+        for i in range(n):
+            route = "/checkout/a" if i % 2 == 0 else "/checkout/b"
+            with tracer.start_as_current_span("request", kind=server, attributes={"http.route": route}):
+                with tracer.start_as_current_span("auth.check"):
+                    pass
+                with tracer.start_as_current_span("pricing.calculate"):
+                    with tracer.start_as_current_span("parse_dates"):
+                        pass
+                    with tracer.start_as_current_span("apply_discount"):
+                        pass
+                    with tracer.start_as_current_span("decimal.quantize"):
+                        pass
+                with tracer.start_as_current_span("render.json"):
+                    pass
     else:
         span = tracer.start_span("held")
         ctx = trace.set_span_in_context(span)
@@ -74,7 +93,7 @@ def main():
         child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--op", choices=("span", "attach"), default="span")
+    ap.add_argument("--op", choices=("span", "attach", "request"), default="span")
     ap.add_argument("--small", type=int, default=2000)
     ap.add_argument("--large", type=int, default=12000)
     args = ap.parse_args()
