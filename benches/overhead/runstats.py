@@ -14,7 +14,8 @@ import sys
 import span_profile
 
 KEYS = ("ticks", "windows", "sampler_cpu_ns", "exporter_cpu_ns", "samples", "spans_started",
-        "spans_ended", "dropped_spans", "unsampled_spans", "walker_direct_ticks")
+        "spans_ended", "dropped_spans", "unsampled_spans", "walker_direct_ticks", "hook_errors",
+        "links_unwritten")
 
 
 def show():

@@ -18,18 +18,38 @@ import time
 
 import opentelemetry.context as otel_context
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanKind
 
 import span_profile
 
 
-def per_span_ns(tracer, n):
+def per_span_ns(tracer, n, shape="span"):
     """CPU time of this thread per span: on a shared machine, wall time mostly measures the
-    neighbours."""
+    neighbours. `shape` "span": root spans with no attributes; "request": requests of
+    ../shared/bench/workload.py's shape (a SERVER root with `http.route` and six children),
+    the time divided by their 7 spans."""
     t0 = time.thread_time_ns()
-    for _ in range(n):
-        with tracer.start_as_current_span("op"):
-            pass
-    return (time.thread_time_ns() - t0) / n
+    if shape == "span":
+        for _ in range(n):
+            with tracer.start_as_current_span("op"):
+                pass
+        return (time.thread_time_ns() - t0) / n
+    server, start = SpanKind.SERVER, tracer.start_as_current_span
+    requests = max(1, n // 7)
+    for i in range(requests):
+        with start("request", kind=server, attributes={"http.route": "/checkout/a" if i % 2 else "/checkout/b"}):
+            with start("auth.check"):
+                pass
+            with start("pricing.calculate"):
+                with start("parse_dates"):
+                    pass
+                with start("apply_discount"):
+                    pass
+                with start("decimal.quantize"):
+                    pass
+            with start("render.json"):
+                pass
+    return (time.thread_time_ns() - t0) / (7 * requests)
 
 
 def main():
@@ -37,6 +57,8 @@ def main():
     ap.add_argument("--spans", type=int, default=2000, help="spans per round")
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--rate", type=int, default=100)
+    ap.add_argument("--shape", choices=("span", "request"), default="span",
+                    help="root spans alone, or requests of the bench workload's shape")
     args = ap.parse_args()
 
     bare = TracerProvider().get_tracer("bare")
@@ -48,14 +70,14 @@ def main():
     hook = otel_context._RUNTIME_CONTEXT
     original = getattr(hook, "original", hook)  # a wrapper installed by start(), if any
 
-    per_span_ns(bare, 2000)  # warm-up
-    per_span_ns(ours, 2000)
+    per_span_ns(bare, 2000, args.shape)  # warm-up
+    per_span_ns(ours, 2000, args.shape)
     a, b = [], []
     for r in range(args.rounds):
         otel_context._RUNTIME_CONTEXT = original
-        a.append(per_span_ns(bare, args.spans))
+        a.append(per_span_ns(bare, args.spans, args.shape))
         otel_context._RUNTIME_CONTEXT = hook
-        b.append(per_span_ns(ours, args.spans))
+        b.append(per_span_ns(ours, args.spans, args.shape))
     agent.stop()
     ma, mb = statistics.median(a), statistics.median(b)
     diffs = sorted(y - x for x, y in zip(a, b))
