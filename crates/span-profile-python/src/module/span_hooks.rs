@@ -74,15 +74,21 @@ impl SpanContextFields<'_> {
 pub(crate) fn span_context<'py>(sc: &Bound<'py, PyAny>) -> PyResult<SpanContextFields<'py>> {
     if let Ok(t) = sc.cast::<PyTuple>() {
         if t.len() >= 3 {
-            let (a, b, c) = (t.get_item(0)?, t.get_item(1)?, t.get_item(2)?);
+            // Borrowed: the tuple holds the items for as long as this call looks at them, so
+            // only the trace id, kept for later, takes a reference.
+            let (a, b, c) = (
+                t.get_borrowed_item(0)?,
+                t.get_borrowed_item(1)?,
+                t.get_borrowed_item(2)?,
+            );
             if a.is_instance_of::<PyInt>()
                 && b.is_instance_of::<PyInt>()
                 && c.is_instance_of::<PyBool>()
             {
                 return Ok(SpanContextFields {
-                    trace_id: a,
+                    trace_id: a.to_owned(),
                     span_id: b.extract()?,
-                    is_remote: c.is_truthy()?,
+                    is_remote: c.is(PyBool::new(sc.py(), true)),
                 });
             }
         }
