@@ -228,7 +228,8 @@ def stats():
     """Counters of the running agent, or of the last one after it stopped (all zero if none
     ran): samples, windows, exports, drops and errors of the profiler; active keys, full slots
     and unmatched exits of the span registry; spans started/ended and hook errors of the
-    Python hooks; ``span_objects`` (spans listed for the sampler), ``span_objects_full`` and
+    Python hooks; ``links_unwritten`` (spans with samples whose attributes had no room for
+    ``pyroscope.profile.id``); ``span_objects`` (spans listed for the sampler), ``span_objects_full`` and
     ``span_objects_evicted``; ``running`` and ``walker`` (what samples the stacks);
     ``failed`` and ``failure``: whether a failure (a panic in the sampler) stopped sampling, and
     the message that was then logged once on stderr (the application is never affected)."""

@@ -287,7 +287,7 @@ impl NativeAgent {
 
     /// The end of a span whose ids are read from the span itself: `on_end`'s `ReadableSpan`
     /// (made for the call, so never listed), or an ending span the span-object table did not
-    /// list. Returns its id and whether it is a local root.
+    /// list. Returns its id, whether it is a local root, and what the span table said.
     fn end_from_fields(&self, span: &Bound<'_, PyAny>) -> PyResult<(u64, bool, SpanEnd)> {
         let py = span.py();
         let sc = field(span, intern!(py, "_context"), intern!(py, "context"))?;
