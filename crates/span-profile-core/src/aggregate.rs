@@ -425,9 +425,14 @@ impl WindowAggregator {
         let mut route_cache: HashMap<LabelId, Arc<str>> = HashMap::new();
         self.rows.clear();
         self.window += 1;
-        let mut rows: Vec<(Sample, Counts)> = self.counts.drain(..).collect();
-        rows.sort_unstable_by_key(|(s, _)| (s.stack, s.span, s.route, s.thread, s.task));
-        for (s, c) in rows {
+        // Sorted and drained in place: the rows keep their buffer for the next window (the
+        // sampling path does not allocate once warm), and are not copied at the close, where
+        // a busy window's tens of thousands of rows would otherwise be held twice.
+        self.counts
+            .sort_unstable_by_key(|(s, _)| (s.stack, s.span, s.route, s.thread, s.task));
+        // The profile holds its samples until the export: sized for them, not doubled.
+        profile.samples.reserve_exact(self.counts.len());
+        for (s, c) in self.counts.drain(..) {
             let stack = match stack_map.get(&s.stack) {
                 Some(&i) => i,
                 None => {

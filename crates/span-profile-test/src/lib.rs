@@ -189,6 +189,9 @@ thread_local! {
     /// Allocations of this thread while tracking: other threads' tracked allocations (tests
     /// run in parallel) must not be counted against this one.
     static THREAD_COUNT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Bytes this thread allocated minus bytes it freed while tracking, and the most that
+    /// difference reached.
+    static LIVE: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 impl CountingAllocator {
@@ -200,6 +203,15 @@ impl CountingAllocator {
         let r = f();
         TRACKING.with(|t| t.set(false));
         (r, THREAD_COUNT.with(|c| c.get()) - before)
+    }
+
+    /// Runs `f` with counting on for this thread; returns its result and the most bytes its
+    /// allocations held at once beyond what was live when it began (frees of older memory
+    /// lower the level, so they make room). Only allocations and frees of this thread count.
+    pub fn peak_bytes<R>(&self, f: impl FnOnce() -> R) -> (R, u64) {
+        LIVE.with(|l| l.set((0, 0)));
+        let (r, _) = self.track(f);
+        (r, LIVE.with(|l| l.get().1).max(0) as u64)
     }
 }
 
@@ -219,10 +231,12 @@ macro_rules! counting_allocator {
         unsafe impl ::std::alloc::GlobalAlloc for __CountingSystem {
             unsafe fn alloc(&self, layout: ::std::alloc::Layout) -> *mut u8 {
                 $crate::__note_alloc(&$name);
+                $crate::__note_bytes(layout.size() as i64);
                 // SAFETY: forwarded contract of GlobalAlloc::alloc.
                 unsafe { ::std::alloc::System.alloc(layout) }
             }
             unsafe fn dealloc(&self, ptr: *mut u8, layout: ::std::alloc::Layout) {
+                $crate::__note_bytes(-(layout.size() as i64));
                 // SAFETY: forwarded contract of GlobalAlloc::dealloc.
                 unsafe { ::std::alloc::System.dealloc(ptr, layout) }
             }
@@ -233,6 +247,7 @@ macro_rules! counting_allocator {
                 new: usize,
             ) -> *mut u8 {
                 $crate::__note_alloc(&$name);
+                $crate::__note_bytes(new as i64 - layout.size() as i64);
                 // SAFETY: forwarded contract of GlobalAlloc::realloc.
                 unsafe { ::std::alloc::System.realloc(ptr, layout, new) }
             }
@@ -249,6 +264,17 @@ pub fn __note_alloc(a: &CountingAllocator) {
     if TRACKING.try_with(|t| t.get()).unwrap_or(false) {
         a.count.fetch_add(1, Ordering::Relaxed);
         let _ = THREAD_COUNT.try_with(|c| c.set(c.get() + 1));
+    }
+}
+
+#[doc(hidden)]
+pub fn __note_bytes(delta: i64) {
+    if TRACKING.try_with(|t| t.get()).unwrap_or(false) {
+        let _ = LIVE.try_with(|l| {
+            let (live, peak) = l.get();
+            let live = live + delta;
+            l.set((live, peak.max(live)));
+        });
     }
 }
 
