@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::labels::{LabelId, LabelValues};
 use crate::mixhash::MixBuild as FxBuild;
+use crate::rows::RowIndex;
 use crate::spans::WindowSpans;
 use crate::{
     Frame, FrameIndex, Profile, ProfileSample, RawFrame, RawSample, Resource, SpanContext, SpanId,
@@ -144,8 +145,8 @@ pub struct WindowAggregator {
     /// complete stack of the same frames (deep recursion) are different stacks.
     stack_index: [HashMap<Box<[RawFrame]>, StackIndex, FxBuild>; 2],
     stacks: Vec<Stack>,
-    /// Row of each distinct sample in `counts`.
-    rows: HashMap<Sample, u32, FxBuild>,
+    /// Row of each distinct sample in `counts` (which holds the sample once).
+    rows: RowIndex,
     /// The window's rows, in the order they were first seen.
     counts: Vec<(Sample, Counts)>,
     /// What each position of the last walk produced ([`Self::add_raw`]).
@@ -181,7 +182,7 @@ impl WindowAggregator {
             unresolved: Vec::new(),
             stack_index: Default::default(),
             stacks: Vec::new(),
-            rows: HashMap::default(),
+            rows: RowIndex::default(),
             counts: Vec::new(),
             recent: Vec::new(),
             interning: 1,
@@ -210,7 +211,7 @@ impl WindowAggregator {
         if let Some(&i) = self.stack_index[usize::from(truncated)].get(raw) {
             return i;
         }
-        if self.stacks.len() >= self.limits.max_stacks && self.rows.is_empty() {
+        if self.stacks.len() >= self.limits.max_stacks && self.rows.len() == 0 {
             // Intern tables persist across windows so steady-state stacks never allocate;
             // reset them only between windows, when nothing refers to them.
             self.reset_interning();
@@ -369,7 +370,7 @@ impl WindowAggregator {
     /// The row of `sample`, added if new; `None` (and `weight` samples counted as dropped)
     /// when the window is at its row cap.
     fn row_of(&mut self, sample: Sample, weight: u32) -> Option<u32> {
-        if let Some(&row) = self.rows.get(&sample) {
+        if let Some(row) = self.rows.get(&self.counts, &sample) {
             return Some(row);
         }
         if self.rows.len() >= self.limits.max_rows {
@@ -378,7 +379,7 @@ impl WindowAggregator {
         }
         let row = self.counts.len() as u32;
         self.counts.push((sample, Counts::default()));
-        self.rows.insert(sample, row);
+        self.rows.insert(&self.counts, row);
         Some(row)
     }
 

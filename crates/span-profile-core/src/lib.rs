@@ -40,6 +40,7 @@ pub mod otel;
 mod profile;
 pub mod query;
 mod registry;
+mod rows;
 mod runtime;
 mod sampled;
 mod spans;
