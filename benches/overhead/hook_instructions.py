@@ -7,6 +7,9 @@ the extra operations is the cost of one operation, start-up cancelled out.
   bare      a TracerProvider without our processor (the agent runs; a build that wraps the
             runtime context has its wrapper taken out)
   ours      a TracerProvider with span_profile.SpanProcessor()
+  idle      (--floor) span_profile.SpanProcessor() with no agent behind its entry points: what
+            the SDK's loop over one processor and pyo3's calls cost before any work
+  noop      (--floor) a Python SpanProcessor whose methods do nothing
 
 Operations (--op):
   span      `with tracer.start_as_current_span("op"): pass`: start, attach, detach, end
@@ -37,11 +40,24 @@ def child(arm, op, n):
     import span_profile
 
     provider = TracerProvider()
-    if arm == "ours":
+    if arm in ("ours", "idle"):
         provider.add_span_processor(span_profile.SpanProcessor())
+    elif arm == "noop":
+        from opentelemetry.sdk.trace import SpanProcessor
+
+        class NoOp(SpanProcessor):
+            def on_start(self, span, parent_context=None):
+                pass
+
+            def on_end(self, span):
+                pass
+
+        provider.add_span_processor(NoOp())
     tracer = provider.get_tracer("hook-instructions")
     span_profile.start(service="hook-instructions", output=tempfile.mkdtemp(prefix="hook-instr-"),
                        sample_rate_hz=1, window_s=3600)
+    if arm == "idle":
+        span_profile._native.set_span_hooks(None)  # the entry points run and find no agent
     runtime = otel_context._RUNTIME_CONTEXT
     if arm == "bare":
         otel_context._RUNTIME_CONTEXT = getattr(runtime, "original", runtime)
@@ -96,15 +112,20 @@ def main():
     ap.add_argument("--op", choices=("span", "attach", "request"), default="span")
     ap.add_argument("--small", type=int, default=2000)
     ap.add_argument("--large", type=int, default=12000)
+    ap.add_argument("--floor", action="store_true",
+                    help="also the idle and noop arms: what any processor costs before its work")
     args = ap.parse_args()
     per_op = {}
-    for arm in ("bare", "ours"):
+    for arm in ("bare", "ours") + (("idle", "noop") if args.floor else ()):
         small, large = instructions(arm, args.op, args.small), instructions(arm, args.op, args.large)
         per_op[arm] = (large - small) / (args.large - args.small)
         print("%-5s %s: %.0f instructions per operation" % (arm, args.op, per_op[arm]))
     added = per_op["ours"] - per_op["bare"]
     print("added by span_profile: %.0f instructions per %s (%.1f%% of the bare %.0f)"
           % (added, args.op, 100 * added / per_op["bare"], per_op["bare"]))
+    for arm in ("idle", "noop"):
+        if arm in per_op:
+            print("added by the %s arm: %.0f instructions per %s" % (arm, per_op[arm] - per_op["bare"], args.op))
 
 
 if __name__ == "__main__":

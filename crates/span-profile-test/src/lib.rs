@@ -208,6 +208,8 @@ impl CountingAllocator {
     /// Runs `f` with counting on for this thread; returns its result and the most bytes its
     /// allocations held at once beyond what was live when it began (frees of older memory
     /// lower the level, so they make room). Only allocations and frees of this thread count.
+    /// A `realloc` counts as its change in size: the moment a moving one holds both blocks is
+    /// not seen.
     pub fn peak_bytes<R>(&self, f: impl FnOnce() -> R) -> (R, u64) {
         LIVE.with(|l| l.set((0, 0)));
         let (r, _) = self.track(f);
