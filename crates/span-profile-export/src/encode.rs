@@ -69,6 +69,29 @@ pub fn encode_pprof(profile: &Profile) -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// Writes one window to `out` as [`encode_pprof`] encodes it, without holding the file in
+/// memory, and returns `out`. A busy window's file is megabytes; the file store streams it to
+/// disk this way.
+///
+/// On an error `out` may hold part of a file, so write to a temporary file and rename it
+/// once this returns. The meta comment is serialized twice (to learn its length, then to
+/// write it); if the two passes ever disagreed this fails with [`std::io::ErrorKind::Other`],
+/// and [`encode_pprof`], which can hold it, still encodes the window.
+///
+/// ```
+/// use span_profile_core::{Profile, Resource};
+/// use span_profile_export::{encode_pprof, write_pprof};
+///
+/// let p = Profile::empty(Resource::default(), 1_700_000_000_000_000_000, 10_000_000_000, 10_000_000);
+/// let file = write_pprof(&p, Vec::new()).unwrap();
+/// assert_eq!(file, encode_pprof(&p));
+/// ```
+pub fn write_pprof<W: Write>(profile: &Profile, out: W) -> std::io::Result<W> {
+    let mut enc = GzEncoder::new(out, Compression::fast());
+    write_pprof_with(profile, &EncodeOptions::FILE, MetaMode::Streamed, &mut enc)?;
+    enc.finish()
+}
+
 /// Like [`encode_pprof`], without gzip: the bare protobuf message.
 ///
 /// ```
@@ -159,41 +182,25 @@ enum MetaMode {
 const CHUNK: usize = 64 * 1024;
 
 /// Writes a window as bare pprof with `options` to `out`, a piece at a time: the message
-/// without its strings, each string, then the samples (protobuf fields may come in any
-/// order, and a repeated field's entries may be spread). So the whole message is never held
-/// in memory: at a busy window's close it is megabytes, mostly the meta comment's span
-/// table, and gzip needs only its output.
+/// without its strings, each string, then each sample (protobuf fields may come in any
+/// order, and a repeated field's entries may be spread). What is held meanwhile is the
+/// string table's plan ([`StringTable`]): each distinct id once, as an id, and the other
+/// strings borrowed from the profile. Neither the message nor a row per sample is ever built:
+/// a busy window has tens of thousands of samples, each with an id of its own, and the export
+/// runs while that window and the next one's buffers are both live.
 fn write_pprof_with<W: Write>(
     profile: &Profile,
     options: &EncodeOptions,
     meta_mode: MetaMode,
     out: &mut W,
 ) -> std::io::Result<()> {
-    let (mut head, samples, meta) = to_head(profile, options);
-    let strings = std::mem::take(&mut head.string_table);
+    let (head, strings, keys, meta) = to_head(profile, options);
     let mut buf = Vec::with_capacity(CHUNK);
     // Encoding into a Vec<u8> cannot fail: it grows as needed.
     let _ = head.encode(&mut buf);
     drop(head);
-    for (i, s) in strings.iter().enumerate() {
-        if let Some(meta) = meta.as_ref().filter(|m| m.index == i) {
-            meta.write(meta_mode, &mut buf, out)?;
-            continue;
-        }
-        // Profile.string_table = 6, length-delimited; an empty string is written too, since
-        // its place is its index.
-        buf.push(0x32);
-        put_varint(&mut buf, s.len() as u64);
-        if buf.len() + s.len() > CHUNK {
-            out.write_all(&buf)?;
-            buf.clear();
-            out.write_all(s.as_bytes())?;
-        } else {
-            buf.extend_from_slice(s.as_bytes());
-        }
-    }
-    drop(strings);
-    samples.encode(profile, &mut buf, out)
+    strings.write(meta.as_ref(), meta_mode, &mut buf, out)?;
+    write_samples(profile, options, &keys, &strings, &mut buf, out)
 }
 
 /// Gzip at a fast level: pprof compresses well even so, and export time matters more.
@@ -204,60 +211,166 @@ pub(crate) fn gzip(raw: &[u8]) -> Vec<u8> {
     enc.finish().unwrap_or_default()
 }
 
-/// Interns strings into a pprof string table (entry 0 is `""`). Each string is held once: the
-/// table owns it, and the indexes key on the profile's own text or on the id it formats.
+/// The pprof string table of one window, planned before anything is written. Its entries are,
+/// in order: `""`; the trace ids; the span ids (each sorted and held once, as ids, and
+/// printed only as they are written); then the other strings, borrowed from the profile, in
+/// the order they were interned. The ids are gathered from the samples first, so every index
+/// is known before the table is written, and the samples after it find theirs by binary
+/// search instead of a hash map of formatted strings.
 #[derive(Debug)]
-struct Strings<'a> {
-    table: Vec<String>,
-    index: FxHashMap<&'a str, i64>,
-    trace_ids: FxHashMap<TraceId, i64>,
-    span_ids: FxHashMap<SpanId, i64>,
+struct StringTable<'a> {
+    trace_ids: Vec<TraceId>,
+    span_ids: Vec<SpanId>,
+    text: Vec<&'a str>,
+    text_index: FxHashMap<&'a str, i64>,
+    /// The entry of the meta comment, written by [`MetaString::write`], if any.
+    meta: Option<i64>,
 }
 
-impl<'a> Strings<'a> {
-    fn new() -> Self {
-        let mut index = FxHashMap::default();
-        index.insert("", 0);
+impl<'a> StringTable<'a> {
+    /// The table of the ids that the samples kept by `options` write, and no other string yet.
+    fn with_ids_of(profile: &Profile, options: &EncodeOptions) -> Self {
+        let with_span = || {
+            profile
+                .samples
+                .iter()
+                .filter(|s| options.values.keeps(s))
+                .filter_map(|s| s.span)
+        };
+        // Sized exactly: doubling would leave up to half as much again unused, at the peak.
+        let n = with_span().count();
+        let roots = options.local_root_label && !options.span_id_is_local_root;
+        let mut trace_ids = Vec::with_capacity(n);
+        let mut span_ids = Vec::with_capacity(if roots { 2 * n } else { n });
+        for ctx in with_span() {
+            trace_ids.push(ctx.trace_id);
+            span_ids.push(labelled_span(&ctx, options));
+            if roots {
+                span_ids.push(ctx.local_root_span_id);
+            }
+        }
+        span_ids.sort_unstable();
+        span_ids.dedup();
+        span_ids.shrink_to_fit();
+        trace_ids.sort_unstable();
+        trace_ids.dedup();
+        trace_ids.shrink_to_fit();
         Self {
-            table: vec![String::new()],
-            index,
-            trace_ids: FxHashMap::default(),
-            span_ids: FxHashMap::default(),
+            trace_ids,
+            span_ids,
+            text: Vec::new(),
+            text_index: FxHashMap::default(),
+            meta: None,
         }
     }
 
+    /// Index of the first text entry.
+    fn text_base(&self) -> i64 {
+        1 + self.trace_ids.len() as i64 + self.span_ids.len() as i64
+    }
+
+    /// Index of `s`, interning it.
     fn get(&mut self, s: &'a str) -> i64 {
-        if let Some(&i) = self.index.get(s) {
+        if s.is_empty() {
+            return 0;
+        }
+        if let Some(&i) = self.text_index.get(s) {
             return i;
         }
-        let i = self.push(s.to_owned());
-        self.index.insert(s, i);
+        let i = self.text_base() + self.text.len() as i64;
+        self.text.push(s);
+        self.text_index.insert(s, i);
         i
     }
 
-    fn trace_id(&mut self, id: TraceId) -> i64 {
-        if let Some(&i) = self.trace_ids.get(&id) {
-            return i;
-        }
-        let i = self.push(id.to_string());
-        self.trace_ids.insert(id, i);
+    /// Index of a text interned before, 0 (`""`) if it was not.
+    fn find(&self, s: &str) -> i64 {
+        self.text_index.get(s).copied().unwrap_or(0)
+    }
+
+    /// Index of a trace id gathered by [`StringTable::with_ids_of`], 0 (`""`) if it was not.
+    fn trace_id(&self, id: TraceId) -> i64 {
+        self.trace_ids
+            .binary_search(&id)
+            .map_or(0, |i| 1 + i as i64)
+    }
+
+    /// Index of a span id gathered by [`StringTable::with_ids_of`], 0 (`""`) if it was not.
+    fn span_id(&self, id: SpanId) -> i64 {
+        self.span_ids
+            .binary_search(&id)
+            .map_or(0, |i| 1 + self.trace_ids.len() as i64 + i as i64)
+    }
+
+    /// Reserves the entry of the meta comment, left empty here for [`MetaString::write`].
+    fn reserve_meta(&mut self) -> i64 {
+        let i = self.text_base() + self.text.len() as i64;
+        self.text.push("");
+        self.meta = Some(i);
         i
     }
 
-    fn span_id(&mut self, id: SpanId) -> i64 {
-        if let Some(&i) = self.span_ids.get(&id) {
-            return i;
+    /// Writes every entry in order as `Profile.string_table` (field 6, length-delimited; an
+    /// empty string is written too, since its place is its index), through `buf`.
+    fn write<W: Write>(
+        &self,
+        meta: Option<&MetaString<'_>>,
+        meta_mode: MetaMode,
+        buf: &mut Vec<u8>,
+        out: &mut W,
+    ) -> std::io::Result<()> {
+        buf.extend_from_slice(&[0x32, 0]);
+        let ids = (self.trace_ids.iter().map(|id| (id.to_u128(), 32)))
+            .chain(self.span_ids.iter().map(|id| (u128::from(id.to_u64()), 16)));
+        for (id, digits) in ids {
+            buf.extend_from_slice(&[0x32, digits as u8]);
+            put_hex(buf, id, digits);
+            if buf.len() >= CHUNK {
+                out.write_all(buf)?;
+                buf.clear();
+            }
         }
-        let i = self.push(id.to_string());
-        self.span_ids.insert(id, i);
-        i
+        let base = self.text_base();
+        for (i, s) in self.text.iter().enumerate() {
+            if let Some(meta) = meta.filter(|_| self.meta == Some(base + i as i64)) {
+                meta.write(meta_mode, buf, out)?;
+                continue;
+            }
+            buf.push(0x32);
+            put_varint(buf, s.len() as u64);
+            if buf.len() + s.len() > CHUNK {
+                out.write_all(buf)?;
+                buf.clear();
+                out.write_all(s.as_bytes())?;
+            } else {
+                buf.extend_from_slice(s.as_bytes());
+            }
+            if buf.len() >= CHUNK {
+                out.write_all(buf)?;
+                buf.clear();
+            }
+        }
+        Ok(())
     }
+}
 
-    fn push(&mut self, s: String) -> i64 {
-        let i = self.table.len() as i64;
-        self.table.push(s);
-        i
+/// The span id a sample's `span_id` label carries.
+fn labelled_span(ctx: &SpanContext, options: &EncodeOptions) -> SpanId {
+    if options.span_id_is_local_root {
+        ctx.local_root_span_id
+    } else {
+        ctx.span_id
     }
+}
+
+/// Appends the `digits` low hex digits of `v`, lowercase: what the ids' `Display` prints.
+fn put_hex(buf: &mut Vec<u8>, v: u128, digits: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    buf.extend(
+        (0..digits)
+            .rev()
+            .map(|d| HEX[((v >> (4 * d)) & 0xf) as usize]),
+    );
 }
 
 /// The pprof form of u64 counters and times. Values above `i64::MAX` (292 years of
@@ -266,107 +379,93 @@ fn signed(v: u64) -> i64 {
     v as i64
 }
 
-/// The string indices of one sample's labels, gathered before the string table is final.
-/// `None` (and a zero local-root index, never a real id's) means "label not written".
-#[derive(Debug, Clone, Copy)]
-struct SampleRow {
-    /// Index into `Profile::samples`.
-    sample: u32,
-    span: Option<[i64; 3]>,
-    route: Option<i64>,
-    thread: Option<i64>,
-    task: Option<i64>,
-}
-
-/// The samples of a window, encoded after the head: field 2 of `Profile`, one message each.
-/// Protobuf concatenation is merging, so appending them equals encoding them in the message,
-/// without building ten thousand `Vec`s.
-#[derive(Debug)]
-struct SampleRows {
-    rows: Vec<SampleRow>,
-    keys: [i64; 6],
-    truncated_location: Option<u64>,
-    values: ValueSet,
-}
-
-impl SampleRows {
-    /// Appends the samples to `buf`, writing it out to `out` whenever it passes [`CHUNK`], and
-    /// at the end.
-    fn encode<W: Write>(
-        &self,
-        profile: &Profile,
-        buf: &mut Vec<u8>,
-        out: &mut W,
-    ) -> std::io::Result<()> {
-        let [k_trace, k_span, k_root, k_route, k_thread, k_task] = self.keys;
-        let n_frames = profile.frames.len();
-        let mut w = SampleWriter::default();
-        let mut locations: Vec<u64> = Vec::new();
-        let mut labels: Vec<(i64, i64)> = Vec::with_capacity(6);
-        for row in &self.rows {
-            let Some(s) = profile.samples.get(row.sample as usize) else {
-                continue;
-            };
-            locations.clear();
-            labels.clear();
-            let stack = profile.stacks.get(s.stack as usize);
-            locations.extend(
-                stack
-                    .map(|st| st.frames.as_slice())
-                    .unwrap_or(&[])
-                    .iter()
-                    .filter(|&&f| (f as usize) < n_frames)
-                    .map(|&f| u64::from(f) + 1),
-            );
-            if let (Some(id), Some(true)) = (self.truncated_location, stack.map(|st| st.truncated))
-            {
-                locations.push(id);
+/// Appends the samples kept by `options` as field 2 of `Profile`, one message each, writing
+/// `buf` out to `out` whenever it passes [`CHUNK`], and at the end. Protobuf concatenation is
+/// merging, so appending them equals encoding them in the message, without building ten
+/// thousand `Vec`s.
+fn write_samples<W: Write>(
+    profile: &Profile,
+    options: &EncodeOptions,
+    keys: &LabelKeys,
+    strings: &StringTable<'_>,
+    buf: &mut Vec<u8>,
+    out: &mut W,
+) -> std::io::Result<()> {
+    let [k_trace, k_span, k_root, k_route, k_thread, k_task] = keys.keys;
+    let o = options;
+    let n_frames = profile.frames.len();
+    let mut w = SampleWriter::default();
+    let mut locations: Vec<u64> = Vec::new();
+    let mut labels: Vec<(i64, i64)> = Vec::with_capacity(6);
+    for s in profile.samples.iter().filter(|s| o.values.keeps(s)) {
+        locations.clear();
+        labels.clear();
+        let stack = profile.stacks.get(s.stack as usize);
+        locations.extend(
+            stack
+                .map(|st| st.frames.as_slice())
+                .unwrap_or(&[])
+                .iter()
+                .filter(|&&f| (f as usize) < n_frames)
+                .map(|&f| u64::from(f) + 1),
+        );
+        if let (Some(id), Some(true)) = (keys.truncated_location, stack.map(|st| st.truncated)) {
+            locations.push(id);
+        }
+        let all;
+        let values: &[i64] = match o.values {
+            ValueSet::All => {
+                all = [
+                    signed(s.wall_samples),
+                    signed(s.cpu_ns),
+                    signed(s.wall_ns),
+                    signed(s.cpu_samples),
+                ];
+                &all
             }
-            let all;
-            let values: &[i64] = match self.values {
-                ValueSet::All => {
-                    all = [
-                        signed(s.wall_samples),
-                        signed(s.cpu_ns),
-                        signed(s.wall_ns),
-                        signed(s.cpu_samples),
-                    ];
-                    &all
-                }
-                ValueSet::Cpu => {
-                    all = [signed(s.cpu_samples), signed(s.cpu_ns), 0, 0];
-                    &all[..2]
-                }
-                ValueSet::Wall => {
-                    all = [signed(s.wall_samples), signed(s.wall_ns), 0, 0];
-                    &all[..2]
-                }
-            };
-            if let Some([t, sp, r]) = row.span {
-                labels.extend([(k_trace, t), (k_span, sp)]);
-                if r != 0 {
-                    labels.push((k_root, r));
-                }
+            ValueSet::Cpu => {
+                all = [signed(s.cpu_samples), signed(s.cpu_ns), 0, 0];
+                &all[..2]
             }
-            if let Some(route) = row.route {
-                labels.push((k_route, route));
+            ValueSet::Wall => {
+                all = [signed(s.wall_samples), signed(s.wall_ns), 0, 0];
+                &all[..2]
             }
-            if let Some(thread) = row.thread {
-                labels.push((k_thread, thread));
-            }
-            if let Some(task) = row.task {
-                labels.push((k_task, task));
-            }
-            w.put_sample(buf, &locations, values, &labels);
-            if buf.len() >= CHUNK {
-                out.write_all(buf)?;
-                buf.clear();
+        };
+        if let Some(ctx) = &s.span {
+            labels.extend([
+                (k_trace, strings.trace_id(ctx.trace_id)),
+                (k_span, strings.span_id(labelled_span(ctx, o))),
+            ]);
+            if o.local_root_label {
+                labels.push((k_root, strings.span_id(ctx.local_root_span_id)));
             }
         }
-        out.write_all(buf)?;
-        buf.clear();
-        Ok(())
+        if o.route_label {
+            labels.push((k_route, strings.find(&s.route)));
+        }
+        if o.thread_label {
+            labels.push((k_thread, strings.find(&s.thread_name)));
+        }
+        if let Some(task) = s.task_name.as_deref().filter(|_| o.task_label) {
+            labels.push((k_task, strings.find(task)));
+        }
+        w.put_sample(buf, &locations, values, &labels);
+        if buf.len() >= CHUNK {
+            out.write_all(buf)?;
+            buf.clear();
+        }
     }
+    out.write_all(buf)?;
+    buf.clear();
+    Ok(())
+}
+
+/// The string indices of the label keys, and the id of the `[truncated]` location.
+#[derive(Debug)]
+struct LabelKeys {
+    keys: [i64; 6],
+    truncated_location: Option<u64>,
 }
 
 /// Writes `Profile.sample` entries straight to bytes: exactly what prost writes for a
@@ -440,13 +539,19 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// Builds the pprof message for a window, without its samples, and the samples' labels; and
-/// the meta comment, whose string-table entry is left empty for [`MetaString::write`].
+/// Builds the pprof message for a window without its samples and strings; the plan of its
+/// string table, with every string the samples write; the label keys; and the meta comment,
+/// whose string-table entry is left empty for [`MetaString::write`].
 fn to_head<'a>(
     profile: &'a Profile,
     options: &EncodeOptions,
-) -> (pprof::Profile, SampleRows, Option<MetaString<'a>>) {
-    let mut strings = Strings::new();
+) -> (
+    pprof::Profile,
+    StringTable<'a>,
+    LabelKeys,
+    Option<MetaString<'a>>,
+) {
+    let mut strings = StringTable::with_ids_of(profile, options);
     let types: &[(&str, &str)] = match options.values {
         ValueSet::All => &SAMPLE_TYPES,
         ValueSet::Cpu => &[("samples", "count"), ("cpu", "nanoseconds")],
@@ -517,42 +622,18 @@ fn to_head<'a>(
     });
 
     let keys = keys::ALL.map(|k| strings.get(k));
-    let mut span_strings: FxHashMap<SpanContext, [i64; 3]> = FxHashMap::default();
     let o = *options;
-    let rows = profile
-        .samples
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| o.values.keeps(s))
-        .map(|(i, s)| SampleRow {
-            sample: i as u32,
-            span: s.span.map(|ctx| {
-                *span_strings.entry(ctx).or_insert_with(|| {
-                    let span = if o.span_id_is_local_root {
-                        ctx.local_root_span_id
-                    } else {
-                        ctx.span_id
-                    };
-                    [
-                        strings.trace_id(ctx.trace_id),
-                        strings.span_id(span),
-                        if o.local_root_label {
-                            strings.span_id(ctx.local_root_span_id)
-                        } else {
-                            0
-                        },
-                    ]
-                })
-            }),
-            route: o.route_label.then(|| strings.get(&s.route)),
-            thread: o.thread_label.then(|| strings.get(&s.thread_name)),
-            task: s
-                .task_name
-                .as_deref()
-                .filter(|_| o.task_label)
-                .map(|t| strings.get(t)),
-        })
-        .collect();
+    for s in profile.samples.iter().filter(|s| o.values.keeps(s)) {
+        if o.route_label {
+            strings.get(&s.route);
+        }
+        if o.thread_label {
+            strings.get(&s.thread_name);
+        }
+        if let Some(task) = s.task_name.as_deref().filter(|_| o.task_label) {
+            strings.get(task);
+        }
+    }
 
     let (period_name, default_name) = match o.values {
         ValueSet::All | ValueSet::Cpu => ("cpu", "cpu"),
@@ -561,7 +642,7 @@ fn to_head<'a>(
     let meta = o
         .meta
         .then(|| meta_comment(profile, truncated_location, &mut strings));
-    let comment = meta.iter().map(|m| m.index as i64).collect();
+    let comment = strings.meta.into_iter().collect();
     let period_type = Some(pprof::ValueType {
         r#type: strings.get(period_name),
         unit: strings.get("nanoseconds"),
@@ -574,7 +655,7 @@ fn to_head<'a>(
         mapping: Vec::new(),
         location,
         function,
-        string_table: strings.table,
+        string_table: Vec::new(),
         drop_frames: 0,
         keep_frames: 0,
         time_nanos: signed(profile.start_unix_ns),
@@ -585,19 +666,16 @@ fn to_head<'a>(
         default_sample_type,
         doc_url: 0,
     };
-    let rows = SampleRows {
-        rows,
+    let keys = LabelKeys {
         keys,
         truncated_location,
-        values: o.values,
     };
-    (head, rows, meta)
+    (head, strings, keys, meta)
 }
 
-/// The lossless meta comment (see the crate docs): the string-table entry `index`, which
-/// the table holds empty.
+/// The lossless meta comment (see the crate docs): the string-table entry that
+/// [`StringTable::reserve_meta`] holds empty.
 struct MetaString<'a> {
-    index: usize,
     meta: MetaOut<'a>,
 }
 
@@ -690,7 +768,7 @@ impl<W: Write> Write for Counted<W> {
 fn meta_comment<'a>(
     profile: &'a Profile,
     truncated_location: Option<u64>,
-    strings: &mut Strings<'a>,
+    strings: &mut StringTable<'a>,
 ) -> MetaString<'a> {
     let sample_stacks = stack_override(profile);
     let meta = MetaOut {
@@ -702,10 +780,8 @@ fn meta_comment<'a>(
         stacks: sample_stacks.as_ref().map(|_| profile.stacks.as_slice()),
         sample_stacks,
     };
-    MetaString {
-        index: strings.push(String::new()) as usize,
-        meta,
-    }
+    strings.reserve_meta();
+    MetaString { meta }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use span_profile_core::query::{SummaryScope, WindowSummary};
 use span_profile_core::{ExportError, Exporter, Profile};
 
 use crate::summary::{self, encode_summary, SummaryError, MAX_SUMMARY_LEN};
-use crate::{decode_pprof, encode_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
+use crate::{decode_pprof, encode_pprof, write_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
 
 /// File name suffix of stored windows.
 pub const FILE_SUFFIX: &str = ".pb.gz";
@@ -287,8 +287,6 @@ impl FileStore {
         let instance =
             sanitize_component(profile.resource.instance.as_deref().unwrap_or("unknown"));
         let start_ms = profile.start_unix_ns / NS_PER_MS;
-        let bytes = encode_pprof(profile);
-        let summary = encode_summary(&WindowSummary::from_profile(profile), bytes.len() as u64);
 
         // Relaxed: the counter only has to hand out distinct numbers.
         let mut seq = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -304,6 +302,18 @@ impl FileStore {
             "{TEMP_PREFIX}{start_ms}-{instance}-{seq}-{}",
             std::process::id()
         );
+        // The window goes to its temporary file first, streamed (a busy window's file is
+        // megabytes, and the export runs while the next window fills): the summary records
+        // its length. Then the summary is renamed into place, then the window.
+        let tmp = day_dir.join(&tmp_name);
+        let len = match write_window(&tmp, profile) {
+            Ok(len) => len,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(failure("write", &tmp, &e));
+            }
+        };
+        let summary = encode_summary(&WindowSummary::from_profile(profile), len);
         let summary_path = summary_path(&path);
         let has_summary = write_renamed(
             &day_dir.join(format!("{tmp_name}{SUMMARY_SUFFIX}")),
@@ -311,8 +321,8 @@ impl FileStore {
             &summary_path,
         )
         .is_ok();
-        let tmp = day_dir.join(tmp_name);
-        if let Err(e) = write_renamed(&tmp, &bytes, &path) {
+        if let Err(e) = fs::rename(&tmp, &path) {
+            let _ = fs::remove_file(&tmp);
             if has_summary {
                 let _ = fs::remove_file(&summary_path);
             }
@@ -554,6 +564,36 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .open(path)?;
     f.write_all(bytes)?;
     f.sync_all()
+}
+
+/// Writes `profile` to a new file at `path` as gzip pprof, streamed, syncs it and returns its
+/// length. If the streamed meta comment fails ([`write_pprof`]'s `Other` error, never an I/O
+/// error), the file is written again from [`encode_pprof`], which holds it.
+fn write_window(path: &Path, profile: &Profile) -> io::Result<u64> {
+    let streamed = || -> io::Result<fs::File> {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        let w = write_pprof(profile, io::BufWriter::with_capacity(64 * 1024, f))?;
+        w.into_inner().map_err(io::IntoInnerError::into_error)
+    };
+    let f = match streamed() {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::Other => {
+            fs::remove_file(path)?;
+            let bytes = encode_pprof(profile);
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)?;
+            f.write_all(&bytes)?;
+            f
+        }
+        Err(e) => return Err(e),
+    };
+    f.sync_all()?;
+    Ok(f.metadata()?.len())
 }
 
 /// Writes `bytes` to `tmp`, syncs it and renames it to `to`; removes `tmp` on failure.

@@ -4,7 +4,8 @@
 //!
 //! - [`encode_pprof`] / [`encode_pprof_raw`]: a [`Profile`](span_profile_core::Profile) as
 //!   pprof (gzip or bare), readable by `go tool pprof`, with per-sample labels `trace_id`,
-//!   `span_id`, `local_root_span_id`, `route`, `thread_name` and `task_name`.
+//!   `span_id`, `local_root_span_id`, `route`, `thread_name` and `task_name`; [`write_pprof`]
+//!   streams the gzip form to a writer instead of holding it.
 //! - [`decode_pprof`] and [`DecodeError`]: the inverse; it accepts gzip or bare pprof, never
 //!   panics, and also reads profiles written by other tools.
 //! - [`pprof`]: the prost messages of pprof's `profile.proto`.
@@ -66,7 +67,7 @@ pub use output::{
 };
 
 pub use decode::{decode_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
-pub use encode::{encode_pprof, encode_pprof_raw, TRUNCATED_FRAME};
+pub use encode::{encode_pprof, encode_pprof_raw, write_pprof, TRUNCATED_FRAME};
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub use file::{
