@@ -225,11 +225,17 @@ fn check_aggregator(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                     0,
                     1,
                     interval,
-                    &table.drain_window(),
+                    &mut table.drain_window(),
                 ));
             }
         }
-        windows.push(agg.finish(Resource::default(), 0, 1, interval, &table.drain_window()));
+        windows.push(agg.finish(
+            Resource::default(),
+            0,
+            1,
+            interval,
+            &mut table.drain_window(),
+        ));
         (windows, added)
     };
     let (whole, added) = run(false);

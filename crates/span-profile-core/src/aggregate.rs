@@ -128,8 +128,8 @@ impl Recent {
 /// for _ in 0..3 {
 ///     agg.add(span_profile_core::Sample { stack, span: None, route: LabelValues::BACKGROUND, thread, task: None }, true, 10_000_000, 1);
 /// }
-/// let spans = span_profile_core::SpanTable::default().drain_window();
-/// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &spans);
+/// let mut spans = span_profile_core::SpanTable::default().drain_window();
+/// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &mut spans);
 /// assert_eq!(p.samples[0].cpu_samples, 3);
 /// assert_eq!(p.stack_frames(p.samples[0].stack).next().unwrap().function, "f1");
 /// ```
@@ -292,8 +292,8 @@ impl WindowAggregator {
     /// for _tick in 0..3 {
     ///     agg.add_raw(0, &s, None, LabelValues::BACKGROUND, 10_000_000);
     /// }
-    /// let spans = span_profile_core::SpanTable::default().drain_window();
-    /// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &spans);
+    /// let mut spans = span_profile_core::SpanTable::default().drain_window();
+    /// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &mut spans);
     /// assert_eq!((p.samples.len(), p.samples[0].cpu_samples), (1, 3));
     /// ```
     pub fn add_raw(
@@ -404,13 +404,19 @@ impl WindowAggregator {
     /// Closes the window: returns its [`Profile`] (frames and stacks compacted to those used)
     /// and starts an empty one. Routes of samples with a span are taken from the span table's
     /// record of the local root when it has one (instrumentations may set `http.route` late).
+    ///
+    /// The span records the window keeps are taken out of `spans` (ADR 0010 says which): the
+    /// profile holds them in the buffer they came in, filtered in place, not copied, and
+    /// `spans.spans` is left empty with a new buffer of the same capacity, untouched until
+    /// filled, for [`crate::SpanTable::recycle`]. A busy window has tens of thousands of span
+    /// records, and the close is where the process's memory peaks.
     pub fn finish(
         &mut self,
         resource: Resource,
         start_unix_ns: u64,
         duration_ns: u64,
         period_ns: u64,
-        spans: &WindowSpans,
+        spans: &mut WindowSpans,
     ) -> Profile {
         let mut profile = Profile::empty(resource, start_unix_ns, duration_ns, period_ns);
         let late_routes: HashMap<_, &str> = spans
@@ -483,9 +489,12 @@ impl WindowAggregator {
                 wall_ns: c.wall_ns,
             });
         }
+        drop(late_routes);
         let carried = std::mem::take(&mut self.carried_spans);
         let window = (start_unix_ns, start_unix_ns.saturating_add(duration_ns));
-        let kept = spans_to_keep(&spans.spans, carried, &profile.samples, window);
+        let fresh = Vec::with_capacity(spans.spans.capacity());
+        let all = std::mem::replace(&mut spans.spans, fresh);
+        let kept = spans_to_keep(all, carried, &profile.samples, window);
         profile.spans = kept.kept;
         self.carried_spans = kept.carry;
         let mut stats = std::mem::take(&mut self.stats);
@@ -527,21 +536,24 @@ struct KeptSpans {
 /// sample drained after the close still finds its span there); the others, and carried ones
 /// that are still unsampled, are left out and counted.
 ///
+/// `all` is filtered in place and becomes the kept records, its slack released: a copy would
+/// hold the window's records twice at the close.
+///
 /// A span with no sample has nothing to show in a profile; keeping every span would make the
 /// export's cost follow the request rate (thousands of spans a second) instead of what was
 /// sampled.
 fn spans_to_keep(
-    all: &[SpanRecord],
+    mut all: Vec<SpanRecord>,
     carried: Vec<SpanRecord>,
     samples: &[ProfileSample],
     (window_start_ns, window_end_ns): (u64, u64),
 ) -> KeptSpans {
-    let mut keep: HashSet<SpanId> = samples
+    let mut keep: HashSet<SpanId, FxBuild> = samples
         .iter()
         .filter_map(|s| s.span)
         .flat_map(|c| [c.span_id, c.local_root_span_id])
         .collect();
-    let parents: HashMap<SpanId, SpanId> = all
+    let parents: HashMap<SpanId, SpanId, FxBuild> = all
         .iter()
         .chain(&carried)
         .filter_map(|r| Some((r.span_id, r.parent_span_id?)))
@@ -554,32 +566,37 @@ fn spans_to_keep(
             }
         }
     }
+    drop((todo, parents));
     let carry_from = window_end_ns.saturating_sub(CARRY_SPANS_ENDED_WITHIN_NS);
-    let mut out = KeptSpans {
-        // The profile holds these until it is exported: sized for them, not doubled.
-        kept: Vec::with_capacity(keep.len()),
-        left_out: 0,
-        carry: Vec::new(),
-    };
-    for r in all {
-        match r.end_unix_ns {
-            _ if r.start_unix_ns < window_start_ns || keep.contains(&r.span_id) => {
-                out.kept.push(r.clone());
-            }
-            // Still open: offered again by the span table with the next window.
-            None => {}
-            Some(end) if end >= carry_from => out.carry.push(r.clone()),
-            Some(_) => out.left_out += 1,
+    let mut left_out = 0;
+    let mut carry = Vec::new();
+    all.retain(|r| match r.end_unix_ns {
+        _ if r.start_unix_ns < window_start_ns || keep.contains(&r.span_id) => true,
+        // Still open: offered again by the span table with the next window.
+        None => false,
+        Some(end) if end >= carry_from => {
+            carry.push(r.clone());
+            false
         }
-    }
+        Some(_) => {
+            left_out += 1;
+            false
+        }
+    });
     for r in carried {
         if keep.contains(&r.span_id) {
-            out.kept.push(r);
+            all.push(r);
         } else {
-            out.left_out += 1;
+            left_out += 1;
         }
     }
-    out
+    // The profile holds these until it is exported: the slack goes back now.
+    all.shrink_to_fit();
+    KeptSpans {
+        kept: all,
+        left_out,
+        carry,
+    }
 }
 
 #[cfg(test)]
@@ -623,7 +640,7 @@ mod tests {
         }
         let table = SpanTable::default();
         table.intern_route("/checkout");
-        let p = a.finish(Resource::default(), 0, 1, 10, &table.drain_window());
+        let p = a.finish(Resource::default(), 0, 1, 10, &mut table.drain_window());
         assert_eq!(p.samples.len(), 3);
         assert_eq!(p.total_wall_samples(), 4);
         assert_eq!(p.total_cpu_samples(), 3);
@@ -702,7 +719,7 @@ mod tests {
             10 * S,
             10 * S,
             10,
-            &table.drain_window(),
+            &mut table.drain_window(),
         );
         assert_eq!(kept_ids(&p), [1, 2, 3, 5]);
         assert_eq!(
@@ -718,7 +735,7 @@ mod tests {
             20 * S,
             10 * S,
             10,
-            &table.drain_window(),
+            &mut table.drain_window(),
         );
         assert_eq!(kept_ids(&p), [8, 9]);
         assert_eq!(p.stats.unsampled_spans, 1, "7");
@@ -751,7 +768,7 @@ mod tests {
             0,
             1,
             1,
-            &SpanTable::default().drain_window(),
+            &mut SpanTable::default().drain_window(),
         );
         assert_eq!(p.samples.len(), 2);
         assert_eq!(p.stats.dropped_samples, 9);
@@ -781,7 +798,7 @@ mod tests {
             0,
             1,
             1,
-            &SpanTable::default().drain_window(),
+            &mut SpanTable::default().drain_window(),
         );
         let mut rows: Vec<_> = p
             .samples
@@ -804,7 +821,7 @@ mod tests {
             for n in names {
                 a.intern_thread_name(n);
             }
-            a.finish(Resource::default(), 0, 1, 1, &table.drain_window())
+            a.finish(Resource::default(), 0, 1, 1, &mut table.drain_window())
                 .stats
                 .label_overflow
         };
@@ -899,7 +916,7 @@ mod tests {
                 fast.resolve_frames(&mut sym);
                 slow.resolve_frames(&mut sym);
             }
-            let window = spans.drain_window();
+            let mut window = spans.drain_window();
             let rows = |p: &Profile| {
                 let mut v: Vec<_> = p
                     .samples
@@ -921,8 +938,8 @@ mod tests {
                 v
             };
             let (a, b) = (
-                fast.finish(Resource::default(), 0, 1, 10, &window),
-                slow.finish(Resource::default(), 0, 1, 10, &window),
+                fast.finish(Resource::default(), 0, 1, 10, &mut window.clone()),
+                slow.finish(Resource::default(), 0, 1, 10, &mut window),
             );
             assert_eq!(rows(&a), rows(&b));
             assert_eq!(format!("{:?}", a.stats), format!("{:?}", b.stats));

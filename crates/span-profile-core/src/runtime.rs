@@ -719,14 +719,14 @@ impl Sampler {
         self.counters
             .sampler_cpu_ns
             .fetch_add(sampler_cpu_ns, Ordering::Relaxed);
-        let spans = self.spans.drain_window();
+        let mut spans = self.spans.drain_window();
         let duration_ns = end_ns.saturating_sub(start_ns);
         let mut profile = self.agg.finish(
             self.resource.clone(),
             start_ns,
             duration_ns,
             self.interval.as_nanos() as u64,
-            &spans,
+            &mut spans,
         );
         self.spans.recycle(spans);
         // Both threads are the agent: the export thread's CPU since the last window is

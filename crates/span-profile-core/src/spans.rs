@@ -380,7 +380,7 @@ impl SpanTable {
 }
 
 /// A window's share of the span table.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct WindowSpans {
     /// Span records.
     pub spans: Vec<SpanRecord>,

@@ -1,7 +1,8 @@
 //! Closing a window holds its samples once. A busy window has tens of thousands of rows
 //! (nearly every sample of a traced service names a span of its own, so none fold); the close
 //! turns them into the profile's samples, and the process's peak memory is set there. The rows
-//! are drained in place, not copied, and the samples are allocated at their exact size.
+//! are drained in place, not copied, and the samples are allocated at their exact size. The
+//! span records the window keeps are filtered in place, not copied either.
 
 use std::mem::size_of;
 
@@ -52,23 +53,42 @@ fn the_close_of_a_busy_window_holds_its_samples_once() {
         table.end(span_id, i + 1, None);
     }
     assert_eq!(agg.rows() as u64, ROWS, "every sample is a row of its own");
-    let spans = table.drain_window();
+    let mut spans = table.drain_window();
+    let records = spans.spans.as_ptr();
 
-    let (profile, peak) =
-        ALLOC.peak_bytes(|| agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &spans));
+    let (profile, peak) = ALLOC.peak_bytes(|| {
+        agg.finish(
+            Resource::default(),
+            0,
+            60_000_000_000,
+            10_000_000,
+            &mut spans,
+        )
+    });
 
     assert_eq!(profile.samples.len() as u64, ROWS);
     assert_eq!(profile.spans.len() as u64, ROWS);
-    // The profile holds its samples and the records of their spans until it is exported.
-    let held = ROWS as usize * (size_of::<ProfileSample>() + size_of::<SpanRecord>());
+    // The span records stay where the span table drained them: the profile keeps them in
+    // place, not copied.
+    assert_eq!(
+        profile.spans.as_ptr(),
+        records,
+        "the span records were copied"
+    );
+    // The close allocates the profile's samples, and the span table's buffer for the next
+    // window, as large as this one's but empty: no page of it is touched (so none is
+    // resident) until the next window's spans end, but an allocator counts it whole.
+    assert!(spans.spans.is_empty() && spans.spans.capacity() >= ROWS as usize);
+    let held = ROWS as usize * size_of::<ProfileSample>();
+    let reserved = spans.spans.capacity() * size_of::<SpanRecord>();
     // Besides those, the close keeps a set of the span ids the samples name (8 bytes each in
     // a hash set at most 7/8 full and rounded up to a power of two: under 40 bytes a sample)
-    // and a few small maps. A copy of the rows, or samples grown by doubling, would each add
-    // most of the samples' size again.
-    let allowed = held + ROWS as usize * 40 + 64 * 1024;
+    // and a few small maps. A copy of the rows, of the span records, or samples grown by
+    // doubling would each add most of the samples' size again.
+    let allowed = held + reserved + ROWS as usize * 40 + 64 * 1024;
     assert!(
         peak as usize <= allowed,
-        "the close held {peak} bytes at its peak for {ROWS} rows; the profile holds {held} \
-         bytes and the bound is {allowed}"
+        "the close held {peak} bytes at its peak for {ROWS} rows; its samples take {held} \
+         bytes, the next window's span buffer {reserved}, and the bound is {allowed}"
     );
 }
