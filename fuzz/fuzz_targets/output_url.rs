@@ -97,8 +97,10 @@ fuzz_target!(|input: Input<'_>| {
 
     // A URL with credentials, and an environment that may carry secrets.
     let scheme = SCHEMES[usize::from(input.scheme) % SCHEMES.len()];
+    // The user name as the URL carries it: it is not a secret, so it is shown.
+    let user = input.user.replace(['@', '/'], "");
     let userinfo = if input.with_password {
-        format!("{}:{SECRET}@", input.user.replace(['@', '/'], ""))
+        format!("{user}:{SECRET}@")
     } else {
         String::new()
     };
@@ -116,7 +118,9 @@ fuzz_target!(|input: Input<'_>| {
     }
     // The secret is never part of the host: only the user info carries it.
     let visible = format!("{}{}", input.host, input.rest);
-    if visible.contains(SECRET) || input.user.contains(SECRET) {
+    // Checked on the user name as written in the URL: removing `@` or `/` can join two
+    // halves of the secret (a crash the fuzz smoke found: "YZq8sEcR@eT9wY").
+    if visible.contains(SECRET) || user.contains(SECRET) {
         return;
     }
     if input.env.iter().any(|(_, v)| v.contains(SECRET)) {
