@@ -4,8 +4,10 @@ sampler finds it next to the span slot. Default names (``Task-123``) fold to ``T
 label gets few distinct values; past ``MAX_NAMES`` names every new one is ``Task`` too.
 
 Two loop classes are hooked: asyncio's ``BaseEventLoop`` (every loop of the standard library
-and their subclasses) and ``uvloop.Loop``, whose ``create_task`` is its own. uvloop is hooked
-when it is imported, before or after the agent starts.
+and their subclasses) and ``uvloop.Loop``, whose ``create_task`` is its own. Each is hooked
+when it is imported, before or after the agent starts. The agent never imports asyncio itself:
+a service without it would pay for asyncio's imports, ssl and its libraries among them (about
+3.5 MB of resident memory on CPython 3.12).
 
 Spans need no hook for tasks: each task runs in a copy of its creator's context, which carries
 OpenTelemetry's current context, and the sampler reads that in place (ADR 0011).
@@ -134,12 +136,21 @@ def _patch_uvloop(module):
             pass
 
 
-class _LoaderThenPatch:
-    """Runs the real loader of ``uvloop``, then hooks its ``Loop``; everything else is the
-    real loader's."""
+def _patch_asyncio(module=None):
+    """Hooks asyncio's loops and, before 3.13, ``asyncio.create_task``."""
+    import asyncio.base_events as base_events
 
-    def __init__(self, loader):
+    _patch(base_events.BaseEventLoop)
+    _patch_module_create_task(True)
+
+
+class _LoaderThenPatch:
+    """Runs the real loader of a watched module, then hooks it with `patch`; everything else
+    is the real loader's."""
+
+    def __init__(self, loader, patch):
         self._loader = loader
+        self._patch = patch
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
@@ -147,18 +158,25 @@ class _LoaderThenPatch:
     def exec_module(self, module):
         self._loader.exec_module(module)
         if _TAGGER is not None:
-            _patch_uvloop(module)
+            self._patch(module)
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
 
 
-class _UvloopWatcher:
-    """A ``sys.meta_path`` finder that finds nothing itself: when ``uvloop`` is imported, it
-    asks the finders after it and wraps the loader they return."""
+#: The modules hooked when they are imported after the agent starts, and how. ``asyncio`` is
+#: hooked once its package has run, so ``asyncio.create_task`` (re-exported from ``tasks``)
+#: is there to replace.
+_WATCHED = {"asyncio": _patch_asyncio, "uvloop": _patch_uvloop}
+
+
+class _ImportWatcher:
+    """A ``sys.meta_path`` finder that finds nothing itself: when a module of ``_WATCHED`` is
+    imported, it asks the finders after it and wraps the loader they return."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "uvloop" or _TAGGER is None:
+        patch = _WATCHED.get(fullname)
+        if patch is None or _TAGGER is None:
             return None
         finders = sys.meta_path
         after = finders[finders.index(self) + 1:] if self in finders else finders
@@ -167,12 +185,12 @@ class _UvloopWatcher:
             spec = find(fullname, path, target) if find is not None else None
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _LoaderThenPatch(spec.loader)
+                    spec.loader = _LoaderThenPatch(spec.loader, patch)
                 return spec
         return None
 
 
-_WATCHER = _UvloopWatcher()
+_WATCHER = _ImportWatcher()
 
 
 def _tasks_create_task(coro, *, name=None, **kwargs):
@@ -213,18 +231,15 @@ def install(native, tag_var, slot_var, current_active):
     for `native`, and hands the submitter's span (``current_active(native)``) to
     ``run_in_executor`` workers in `slot_var`."""
     global _TAGGER, _TAG_VAR, _SLOT_VAR, _CURRENT
-    import asyncio.base_events as base_events
-
     _TAG_VAR, _SLOT_VAR = tag_var, slot_var
     _CURRENT = functools.partial(current_active, native)
     _TAGGER = _make_tagger(native)
-    _patch(base_events.BaseEventLoop)
-    uvloop = sys.modules.get("uvloop")
-    if uvloop is not None:
-        _patch_uvloop(uvloop)
-    elif _WATCHER not in sys.meta_path:
+    for name, patch in _WATCHED.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            patch(module)
+    if _WATCHER not in sys.meta_path:
         sys.meta_path.insert(0, _WATCHER)
-    _patch_module_create_task(True)
 
 
 def uninstall():

@@ -114,3 +114,41 @@ def test_uvloop_task_names_whether_imported_before_or_after_start(tmp_path, when
     assert got["anon"] == ["Task"], got
     assert set(got["all"]) <= {"checkout-worker", "Task", "None"}, got
     assert got["restored"], "agent.stop() left uvloop.Loop.create_task patched"
+
+
+#: Run in a fresh interpreter, so that asyncio is first imported before or after the agent starts.
+ASYNCIO_LATE = """
+import json, sys
+sys.path.insert(0, sys.argv[3])
+when, out = sys.argv[1], sys.argv[2]
+if when == "before":
+    import asyncio
+import span_profile
+agent = span_profile.start(service="tests", output=out, sample_rate_hz=250, window_s=1, overhead_budget=0)
+imported_by_agent = when == "after" and "asyncio" in sys.modules
+import asyncio
+from asyncio_helpers import make_burner
+from pprof_reader import all_samples
+named = make_burner("late_named_burn")
+
+async def main():
+    await asyncio.gather(asyncio.create_task(named(0.3), name="checkout-worker"))
+
+asyncio.run(main())
+agent.stop()
+names = sorted({str(s.labels.get("task_name")) for s in all_samples(out) if "late_named_burn" in s.functions})
+print(json.dumps({"imported_by_agent": imported_by_agent, "named": names,
+                  "restored": asyncio.create_task.__module__ != "span_profile._asyncio"}))
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_asyncio_is_hooked_whether_imported_before_or_after_start_and_never_imported_by_the_agent(
+        tmp_path, when):
+    run = subprocess.run([sys.executable, "-c", ASYNCIO_LATE, when, str(tmp_path / "profiles"), TESTS_DIR],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not got["imported_by_agent"], "span_profile.start() imported asyncio"
+    assert got["named"] == ["checkout-worker"], got
+    assert got["restored"], "agent.stop() left asyncio.create_task patched"
