@@ -283,23 +283,32 @@ impl<'a> StringTable<'a> {
         i
     }
 
-    /// Index of a text interned before, 0 (`""`) if it was not.
+    /// Index of a text interned before, 0 (`""`) if it was not. The plan gathers every string
+    /// the samples write, with the same filters as the writer, so a miss is a bug: debug
+    /// builds (the tests, the fuzz targets) panic on one.
     fn find(&self, s: &str) -> i64 {
-        self.text_index.get(s).copied().unwrap_or(0)
+        let i = self.text_index.get(s).copied();
+        debug_assert!(
+            i.is_some() || s.is_empty(),
+            "{s:?} is not in the string table"
+        );
+        i.unwrap_or(0)
     }
 
-    /// Index of a trace id gathered by [`StringTable::with_ids_of`], 0 (`""`) if it was not.
+    /// Index of a trace id gathered by [`StringTable::with_ids_of`], 0 (`""`) if it was not
+    /// (a bug, as for [`StringTable::find`]).
     fn trace_id(&self, id: TraceId) -> i64 {
-        self.trace_ids
-            .binary_search(&id)
-            .map_or(0, |i| 1 + i as i64)
+        let i = self.trace_ids.binary_search(&id);
+        debug_assert!(i.is_ok(), "trace id {id} is not in the string table");
+        i.map_or(0, |i| 1 + i as i64)
     }
 
-    /// Index of a span id gathered by [`StringTable::with_ids_of`], 0 (`""`) if it was not.
+    /// Index of a span id gathered by [`StringTable::with_ids_of`], 0 (`""`) if it was not
+    /// (a bug, as for [`StringTable::find`]).
     fn span_id(&self, id: SpanId) -> i64 {
-        self.span_ids
-            .binary_search(&id)
-            .map_or(0, |i| 1 + self.trace_ids.len() as i64 + i as i64)
+        let i = self.span_ids.binary_search(&id);
+        debug_assert!(i.is_ok(), "span id {id} is not in the string table");
+        i.map_or(0, |i| 1 + self.trace_ids.len() as i64 + i as i64)
     }
 
     /// Reserves the entry of the meta comment, left empty here for [`MetaString::write`].
