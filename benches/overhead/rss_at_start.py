@@ -18,13 +18,7 @@ import time
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-
-def rss_mb():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from procfs import rss_mb
 
 
 def main():

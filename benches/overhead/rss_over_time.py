@@ -20,13 +20,7 @@ import time
 
 import span_profile
 
-
-def rss_mb():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from procfs import rss_mb
 
 
 class Mallinfo2(ctypes.Structure):
