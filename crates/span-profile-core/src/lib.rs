@@ -56,7 +56,7 @@ pub use key::ExecutionKey;
 pub use labels::Resource;
 pub use merge::{merge_windows, MergeError, WindowMerger};
 pub use profile::{Profile, ProfileSample, SpanRecord, WindowStats};
-pub use registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
+pub use registry::{ActiveSpan, ActiveSpanRegistry, AtomicActiveSpan, RegistryStats};
 pub use runtime::{Profiler, ProfilerBuilder, ProfilerStats, StartError};
 pub use spans::{SpanEnd, SpanScope, SpanStart, SpanTable, SpanTableLimits, WindowSpans};
 pub use walker::{RawSample, StackSink, StackWalker, WalkError};

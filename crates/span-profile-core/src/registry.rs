@@ -25,6 +25,69 @@ pub struct ActiveSpan {
     pub route: LabelId,
 }
 
+/// An `Option<ActiveSpan>` in five atomic words, for the data of a seqlock slot: the slot's
+/// writer stores it and its readers load it between two reads of the slot's sequence, which
+/// make the words one value. The words are the trace id's high and low halves, the span id,
+/// the local root and the route; "no span" is all zeros.
+///
+/// Guaranteed layout: five `AtomicU64`s and nothing else (`repr(C)`), so zeroed memory is a
+/// valid value holding no span (a table of slots can be allocated zeroed).
+///
+/// ```
+/// use span_profile_core::{labels::LabelId, ActiveSpan, AtomicActiveSpan, SpanContext, SpanId, TraceId};
+///
+/// let a = ActiveSpan {
+///     ctx: SpanContext {
+///         trace_id: TraceId::from_u128(7).unwrap(),
+///         span_id: SpanId::from_u64(2).unwrap(),
+///         local_root_span_id: SpanId::from_u64(1).unwrap(),
+///     },
+///     route: LabelId(3),
+/// };
+/// let cell = AtomicActiveSpan::default();
+/// assert_eq!(cell.load_relaxed(), None);
+/// cell.store_relaxed(Some(a));
+/// assert_eq!(cell.load_relaxed(), Some(a));
+/// ```
+#[derive(Debug, Default)]
+#[repr(C)]
+pub struct AtomicActiveSpan([AtomicU64; 5]);
+
+impl AtomicActiveSpan {
+    /// Stores `span` word by word (Relaxed: the seqlock's fences order the words).
+    pub fn store_relaxed(&self, span: Option<ActiveSpan>) {
+        let words = match span {
+            Some(a) => {
+                let t = a.ctx.trace_id.to_u128();
+                [
+                    (t >> 64) as u64,
+                    t as u64,
+                    a.ctx.span_id.to_u64(),
+                    a.ctx.local_root_span_id.to_u64(),
+                    u64::from(a.route.0),
+                ]
+            }
+            None => [0; 5],
+        };
+        for (w, v) in self.0.iter().zip(words) {
+            w.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Loads the words (Relaxed) and makes them a span; `None` if any id is zero.
+    pub fn load_relaxed(&self) -> Option<ActiveSpan> {
+        let [hi, lo, span, root, route] = self.0.each_ref().map(|w| w.load(Ordering::Relaxed));
+        Some(ActiveSpan {
+            ctx: SpanContext {
+                trace_id: TraceId::from_u128((u128::from(hi) << 64) | u128::from(lo))?,
+                span_id: SpanId::from_u64(span)?,
+                local_root_span_id: SpanId::from_u64(root)?,
+            },
+            route: LabelId(route as u32),
+        })
+    }
+}
+
 /// How many slots a key may probe past its home slot. Keeps a miss bounded.
 const PROBE: usize = 8;
 const SHARDS: usize = 16;
@@ -45,11 +108,7 @@ struct Slot {
     owner: AtomicU64,
     thread: AtomicU64,
     task: AtomicU64,
-    trace_hi: AtomicU64,
-    trace_lo: AtomicU64,
-    span: AtomicU64,
-    local_root: AtomicU64,
-    route: AtomicU64,
+    span: AtomicActiveSpan,
 }
 
 impl Slot {
@@ -59,11 +118,7 @@ impl Slot {
             owner: AtomicU64::new(0),
             thread: AtomicU64::new(EMPTY),
             task: AtomicU64::new(0),
-            trace_hi: AtomicU64::new(0),
-            trace_lo: AtomicU64::new(0),
-            span: AtomicU64::new(0),
-            local_root: AtomicU64::new(0),
-            route: AtomicU64::new(0),
+            span: AtomicActiveSpan::default(),
         }
     }
 
@@ -79,24 +134,7 @@ impl Slot {
         self.thread.store(key.thread, Ordering::Relaxed);
         self.task
             .store(key.task.map_or(0, NonZeroU64::get), Ordering::Relaxed);
-        let (hi, lo, span, root, route) = match value {
-            Some(a) => {
-                let t = a.ctx.trace_id.to_u128();
-                (
-                    (t >> 64) as u64,
-                    t as u64,
-                    a.ctx.span_id.to_u64(),
-                    a.ctx.local_root_span_id.to_u64(),
-                    u64::from(a.route.0),
-                )
-            }
-            None => (0, 0, 0, 0, 0),
-        };
-        self.trace_hi.store(hi, Ordering::Relaxed);
-        self.trace_lo.store(lo, Ordering::Relaxed);
-        self.span.store(span, Ordering::Relaxed);
-        self.local_root.store(root, Ordering::Relaxed);
-        self.route.store(route, Ordering::Relaxed);
+        self.span.store_relaxed(value);
         // Release: the even sequence number is published after all data stores, so a reader
         // that Acquire-loads it first sees complete data.
         self.seq.store(s.wrapping_add(2), Ordering::Release);
@@ -121,11 +159,7 @@ impl Slot {
         }
         let thread = self.thread.load(Ordering::Relaxed);
         let task = self.task.load(Ordering::Relaxed);
-        let hi = self.trace_hi.load(Ordering::Relaxed);
-        let lo = self.trace_lo.load(Ordering::Relaxed);
-        let span = self.span.load(Ordering::Relaxed);
-        let root = self.local_root.load(Ordering::Relaxed);
-        let route = self.route.load(Ordering::Relaxed);
+        let value = self.span.load_relaxed();
         // Acquire fence: keeps the data loads above before the re-check of `seq` below, so if
         // the sequence is unchanged no writer touched the data in between.
         fence(Ordering::Acquire);
@@ -135,21 +169,6 @@ impl Slot {
         if thread != key.thread || task != key.task.map_or(0, NonZeroU64::get) {
             return Ok(None);
         }
-        let value = match (
-            TraceId::from_u128((u128::from(hi) << 64) | u128::from(lo)),
-            SpanId::from_u64(span),
-            SpanId::from_u64(root),
-        ) {
-            (Some(trace_id), Some(span_id), Some(local_root_span_id)) => Some(ActiveSpan {
-                ctx: SpanContext {
-                    trace_id,
-                    span_id,
-                    local_root_span_id,
-                },
-                route: LabelId(route as u32),
-            }),
-            _ => None,
-        };
         Ok(Some(value))
     }
 }

@@ -25,6 +25,7 @@ STATS_KEYS = (
     "skipped_threads", "label_overflow", "dropped_spans", "torn_samples", "registry_active_keys", "registry_full",
     "registry_unmatched_exits", "registry_contended_reads", "spans_started", "spans_ended",
     "hook_errors", "links_unwritten", "span_objects", "span_objects_full", "span_objects_evicted",
+    "span_objects_contended_reads",
 )
 
 
@@ -229,8 +230,9 @@ def stats():
     ran): samples, windows, exports, drops and errors of the profiler; active keys, full slots
     and unmatched exits of the span registry; spans started/ended and hook errors of the
     Python hooks; ``links_unwritten`` (spans with samples whose attributes had no room for
-    ``pyroscope.profile.id``); ``span_objects`` (spans listed for the sampler), ``span_objects_full`` and
-    ``span_objects_evicted``; ``running`` and ``walker`` (what samples the stacks);
+    ``pyroscope.profile.id``); ``span_objects`` (spans listed for the sampler), ``span_objects_full``,
+    ``span_objects_evicted`` and ``span_objects_contended_reads`` (lookups that gave no span
+    because a span start was updating the entry); ``running`` and ``walker`` (what samples the stacks);
     ``failed`` and ``failure``: whether a failure (a panic in the sampler) stopped sampling, and
     the message that was then logged once on stderr (the application is never affected)."""
     agent = _LAST

@@ -688,6 +688,7 @@ impl NativeAgent {
         d.set_item("span_objects", o.listed)?;
         d.set_item("span_objects_full", o.full)?;
         d.set_item("span_objects_evicted", o.evicted)?;
+        d.set_item("span_objects_contended_reads", o.contended)?;
         if let Some(w) = &self.walker_handles.counters {
             let w = w.snapshot();
             d.set_item("walker_samples", w.samples)?;

@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
-use crate::walker::span_object_key;
-use span_profile_core::{ActiveSpan, ActiveSpanRegistry};
+use crate::walker::{Insert, SpanObjectTable};
+use span_profile_core::ActiveSpan;
 
 /// Most span objects listed at once; a span started beyond it is not listed (its samples carry
-/// no span) and is counted in [`SpanObjectStats::full`], as is one the table found no slot for.
+/// no span) and is counted in [`SpanObjectStats::full`], as is one the table found no slot for
+/// (it probes [`crate::walker::OBJECT_PROBE`] slots from the address's home).
 pub(crate) const MAX_SPAN_OBJECTS: usize = 8192;
 /// Above this many listed objects, objects listed longer than [`EVICT_AFTER`] are let go even
 /// if something still references them (a reference cycle, spans kept in a list), counted in
@@ -32,7 +33,7 @@ const SWEEP_PER_START: usize = 3;
 /// Span objects by address, for the sampler; the references that keep them listed, for us.
 #[derive(Debug)]
 pub(crate) struct SpanObjects {
-    table: Arc<ActiveSpanRegistry>,
+    table: Arc<SpanObjectTable>,
     held: Mutex<Held>,
     full: AtomicU64,
     evicted: AtomicU64,
@@ -52,19 +53,26 @@ struct Held {
     hand: usize,
 }
 
+/// The references a sweep lets go of, released once the lock is dropped.
+#[derive(Default)]
+struct Released([Option<Py<PyAny>>; SWEEP_PER_START]);
+
 /// Counters of the table (`stats()`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SpanObjectStats {
     pub(crate) listed: u64,
     pub(crate) full: u64,
     pub(crate) evicted: u64,
+    /// Sampler lookups that gave no span because a writer kept the entry busy.
+    pub(crate) contended: u64,
 }
 
 impl Default for SpanObjects {
     fn default() -> Self {
         Self {
-            // Twice the entries: the registry probes a few slots from each key's home.
-            table: Arc::new(ActiveSpanRegistry::with_capacity(2 * MAX_SPAN_OBJECTS)),
+            // Twice the entries: a lookup probes a few slots from each address's home. The
+            // slots' pages become resident as they are first written (ADR 0011).
+            table: Arc::new(SpanObjectTable::with_slots(2 * MAX_SPAN_OBJECTS)),
             held: Mutex::default(),
             full: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
@@ -74,7 +82,7 @@ impl Default for SpanObjects {
 
 impl SpanObjects {
     /// The lock-free table the walker reads.
-    pub(crate) fn table(&self) -> Arc<ActiveSpanRegistry> {
+    pub(crate) fn table(&self) -> Arc<SpanObjectTable> {
         self.table.clone()
     }
 
@@ -87,28 +95,21 @@ impl SpanObjects {
     pub(crate) fn insert(&self, span: &Bound<'_, PyAny>, active: ActiveSpan) {
         let py = span.py();
         let addr = span.as_ptr() as u64;
-        let key = span_object_key(addr);
         let mut held = self.held();
-        let released = self.sweep(py, &mut held, SWEEP_PER_START);
-        // Every write to the table happens under the GIL, so this read is never contended: a
-        // listed object is being started again, and only its entry is updated.
-        let listed = self.table.current(key).is_some();
-        if listed || held.objects.len() < MAX_SPAN_OBJECTS {
-            self.table.set_current(key, Some(active));
-        } else {
-            self.full.fetch_add(1, Ordering::Relaxed);
-        }
-        // Held only if the table took it (it counts in its own `full` when no slot was free
-        // near the address's home), so every held object is listed and vice versa.
-        if !listed {
-            if self.table.current(key).is_some() {
-                held.objects.push(Entry {
-                    addr,
-                    object: span.clone().unbind(),
-                    listed_at: Instant::now(),
-                });
-            } else {
-                self.table.forget(key); // drops the registry's bookkeeping for the key
+        let released = self.sweep(py, &mut held);
+        // A listed object being started again only has its entry updated; a new one is
+        // listed below the cap, and held exactly when listed.
+        let new = held.objects.len() < MAX_SPAN_OBJECTS;
+        match self.table.insert(addr, active, new) {
+            Insert::Updated => {}
+            Insert::Listed => held.objects.push(Entry {
+                addr,
+                object: span.clone().unbind(),
+                listed_at: Instant::now(),
+            }),
+            // The cap, or no free slot near the address's home.
+            Insert::Full => {
+                self.full.fetch_add(1, Ordering::Relaxed);
             }
         }
         // Released after the lock: freeing a span may run Python code (weakref callbacks)
@@ -119,16 +120,18 @@ impl SpanObjects {
 
     /// What `span` is listed as, if our processor started it.
     pub(crate) fn get(&self, span: &Bound<'_, PyAny>) -> Option<ActiveSpan> {
-        self.table.current(span_object_key(span.as_ptr() as u64))
+        self.table.get(span.as_ptr() as u64)
     }
 
-    /// Looks at `n` entries from the hand and unlists those that nothing else references
+    /// Looks at [`SWEEP_PER_START`] entries from the hand and unlists those that nothing else references
     /// (and, while the table is large, those listed for long). Calls no Python code; returns
     /// the references to release once the lock is dropped.
-    fn sweep(&self, py: Python<'_>, held: &mut Held, n: usize) -> Vec<Py<PyAny>> {
-        let mut released = Vec::new();
+    fn sweep(&self, py: Python<'_>, held: &mut Held) -> Released {
+        // On the stack: a span start usually lets one object go, and a heap buffer for it
+        // would be one allocation and one free per span.
+        let mut released = Released::default();
         let large = held.objects.len() > EVICT_ABOVE;
-        for _ in 0..n.min(held.objects.len()) {
+        for n in 0..SWEEP_PER_START.min(held.objects.len()) {
             if held.hand >= held.objects.len() {
                 held.hand = 0;
             }
@@ -137,12 +140,12 @@ impl SpanObjects {
             let unreferenced = e.object.get_refcnt(py) <= 1;
             let evict = !unreferenced && large && e.listed_at.elapsed() > EVICT_AFTER;
             if unreferenced || evict {
-                self.table.forget(span_object_key(e.addr));
+                self.table.remove(e.addr);
                 if evict {
                     self.evicted.fetch_add(1, Ordering::Relaxed);
                 }
                 // The swapped-in last entry is looked at next.
-                released.push(held.objects.swap_remove(i).object);
+                released.0[n] = Some(held.objects.swap_remove(i).object);
             } else {
                 held.hand += 1;
             }
@@ -154,7 +157,7 @@ impl SpanObjects {
     pub(crate) fn clear(&self) {
         let objects = std::mem::take(&mut self.held().objects);
         for e in &objects {
-            self.table.forget(span_object_key(e.addr));
+            self.table.remove(e.addr);
         }
         drop(objects);
     }
@@ -162,10 +165,9 @@ impl SpanObjects {
     pub(crate) fn stats(&self) -> SpanObjectStats {
         SpanObjectStats {
             listed: self.held().objects.len() as u64,
-            // Not listed: the cap was reached, or the registry found no free slot near the
-            // address's home (it probes a few).
-            full: self.full.load(Ordering::Relaxed) + self.table.loss_counters().full,
+            full: self.full.load(Ordering::Relaxed),
             evicted: self.evicted.load(Ordering::Relaxed),
+            contended: self.table.contended(),
         }
     }
 }

@@ -3,11 +3,9 @@
 
 use std::sync::Arc;
 
-use span_profile_core::ActiveSpanRegistry;
-
 use crate::walker::{
-    ContextCounters, ContextTarget, PythonVersion, PythonWalker, ReadMode, TaskNames,
-    ThreadRegistry, WalkerConfig, WalkerCounters,
+    ContextCounters, ContextTarget, PythonVersion, PythonWalker, ReadMode, SpanObjectTable,
+    TaskNames, ThreadRegistry, WalkerConfig, WalkerCounters,
 };
 
 use super::standin::{Boxed, NoSamples};
@@ -30,7 +28,7 @@ pub(crate) struct WalkerHandles {
 pub(crate) fn build(
     major: u8,
     minor: u8,
-    context: Option<(ContextTarget, Arc<ActiveSpanRegistry>)>,
+    context: Option<(ContextTarget, Arc<SpanObjectTable>)>,
     reads: ReadMode,
 ) -> (Boxed, WalkerHandles, String) {
     let version = PythonVersion::new(major, minor);

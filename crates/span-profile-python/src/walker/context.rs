@@ -23,8 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use span_profile_core::labels::LabelId;
 use span_profile_core::{
-    ActiveSpan, ActiveSpanRegistry, ExecutionKey, RawSample, SpanContext, SpanId, StackSink,
-    TraceId, WalkError,
+    ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId, WalkError,
 };
 
 use super::layout::{
@@ -33,6 +32,7 @@ use super::layout::{
     OB_SIZE, OB_TYPE,
 };
 use super::memory::{field_u64, MemoryReader, ReadError};
+use super::object_table::SpanObjectTable;
 use super::threads::NameBuf;
 use super::walk::PythonWalker;
 
@@ -496,13 +496,6 @@ pub fn hamt_find(
     Err(ContextError::TooDeep)
 }
 
-/// The key under which [`NativeAgent`](crate) records a span object in the span-object table:
-/// the object's address. The table holds a reference to every object it lists, so an address
-/// found there is that very span, alive.
-pub fn span_object_key(addr: u64) -> ExecutionKey {
-    ExecutionKey::thread(addr)
-}
-
 /// How a `dict`'s keys object lays out its entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DictLayout {
@@ -682,8 +675,8 @@ pub(crate) struct ContextReader {
     tstate_context: Option<usize>,
     dict_layout: DictLayout,
     target: Option<ContextTarget>,
-    /// The span-object table the span processor fills ([`span_object_key`]).
-    span_objects: Option<Arc<ActiveSpanRegistry>>,
+    /// The span-object table the span processor fills, by object address.
+    span_objects: Option<Arc<SpanObjectTable>>,
     names: TaskNames,
     counters: Arc<ContextCounters>,
     task: NameBuf,
@@ -885,10 +878,7 @@ impl ContextReader {
                 if let Some(obj) =
                     otel_span_object(reader, self.dict_layout, &target.otel, context)?
                 {
-                    span = self
-                        .span_objects
-                        .as_ref()
-                        .and_then(|t| t.current(span_object_key(obj)));
+                    span = self.span_objects.as_ref().and_then(|t| t.get(obj));
                     if span.is_none() {
                         bump(&self.counters.untracked);
                     }
@@ -980,8 +970,9 @@ impl<R: MemoryReader> PythonWalker<R> {
     }
 
     /// The span-object table that [`OtelTarget`] lookups resolve span objects in (filled by
-    /// the span processor, keyed by [`span_object_key`]).
-    pub fn with_span_objects(mut self, table: Arc<ActiveSpanRegistry>) -> Self {
+    /// the span processor, by object address; it holds a reference to every object it lists,
+    /// so an address found there is that very span, alive).
+    pub fn with_span_objects(mut self, table: Arc<SpanObjectTable>) -> Self {
         self.ctx.span_objects = Some(table);
         self
     }
@@ -1001,6 +992,7 @@ impl<R: MemoryReader> PythonWalker<R> {
 mod tests {
     use super::*;
     use crate::walker::memory::FakeMemory;
+    use crate::walker::Insert;
 
     const TYPES: HamtTypes = HamtTypes {
         context: 0xc0_0000,
@@ -1399,8 +1391,8 @@ mod tests {
             route: LabelId(3),
         };
         let (ours, foreign, handed) = (0xa000u64, 0xb000u64, m.slot(SlotData::span(&active(9))));
-        let table = Arc::new(ActiveSpanRegistry::default());
-        table.set_current(span_object_key(ours), Some(active(2)));
+        let table = Arc::new(SpanObjectTable::with_slots(64));
+        assert_eq!(table.insert(ours, active(2), true), Insert::Listed);
         let thread = |m: &mut Image, span: Option<u64>, slot: Option<u64>| {
             let entries: Vec<(u64, u64)> = span.map(|s| (SPAN_KEY, s)).into_iter().collect();
             let ctx_dict = m.dict(DictLayout::Py311, OTEL_CONTEXT_TYPE, &entries, false);
@@ -1450,7 +1442,7 @@ mod tests {
             ContextSpan::Known(Some(active(2)))
         );
         // Once the table lets the object go, its samples carry no span.
-        table.forget(span_object_key(ours));
+        table.remove(ours);
         assert_eq!(r.resolve(&m.mem, with_ours), ContextSpan::Known(None));
         // A value that is not an OpenTelemetry Context is not read as one.
         let not_a_context = m.dict(DictLayout::Py311, 0x1, &[(SPAN_KEY, ours)], false);

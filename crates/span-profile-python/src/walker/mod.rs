@@ -53,6 +53,7 @@ mod guarded;
 mod layout;
 mod linetable;
 mod memory;
+mod object_table;
 mod objects;
 mod threads;
 mod walk;
@@ -64,14 +65,14 @@ mod tests;
 pub mod testing;
 
 pub use context::{
-    dict_find, hamt_find, hamt_hash, otel_span_object, span_object_key, ContextCounters,
-    ContextError, ContextSpan, ContextStats, ContextTarget, DictLayout, HamtTypes, OtelTarget,
-    SlotData, SlotVar, TaskNames, MAX_CONTEXT_ENTRIES, MAX_TASK_NAMES, OTHER_TASK, SLOT_SIZE,
-    SPAN_MAGIC, TASK_MAGIC,
+    dict_find, hamt_find, hamt_hash, otel_span_object, ContextCounters, ContextError, ContextSpan,
+    ContextStats, ContextTarget, DictLayout, HamtTypes, OtelTarget, SlotData, SlotVar, TaskNames,
+    MAX_CONTEXT_ENTRIES, MAX_TASK_NAMES, OTHER_TASK, SLOT_SIZE, SPAN_MAGIC, TASK_MAGIC,
 };
 pub use guarded::{GuardedReader, ReadMode};
 pub use layout::{LayoutError, PythonVersion};
 pub use memory::{FakeMemory, MemoryReader, ProcessVmReader, ReadError, ReadExt, MAX_READ};
+pub use object_table::{Insert, SpanObjectTable, OBJECT_PROBE};
 pub use objects::TypeAddresses;
 pub use threads::{CpuTimeSource, ThreadRegistry, MAX_REGISTERED_THREADS, MAX_THREAD_NAME};
 pub use walk::{

@@ -37,7 +37,7 @@ def test_keys_are_stable():
     for key in ("ticks", "samples", "windows", "exported_windows", "dropped_windows", "export_errors",
                 "walk_errors", "dropped_samples", "registry_active_keys", "registry_full",
                 "registry_unmatched_exits", "spans_started", "spans_ended", "hook_errors", "span_objects", "span_objects_full",
-                "span_objects_evicted"):
+                "span_objects_evicted", "span_objects_contended_reads"):
         assert isinstance(s[key], int), key
 
 
