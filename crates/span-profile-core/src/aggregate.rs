@@ -55,10 +55,13 @@ pub struct Sample {
     pub task: Option<LabelId>,
 }
 
+/// A row's totals. The sample counts are 32-bit, and saturate rather than wrap (an hour's
+/// window at 100 Hz has 360,000 ticks): a busy window has tens of thousands of rows, and the
+/// row buffer is kept from window to window.
 #[derive(Debug, Clone, Copy, Default)]
 struct Counts {
-    cpu_samples: u64,
-    wall_samples: u64,
+    cpu_samples: u32,
+    wall_samples: u32,
     cpu_ns: u64,
     wall_ns: u64,
 }
@@ -385,13 +388,13 @@ impl WindowAggregator {
 
     #[inline]
     fn bump(&mut self, row: u32, on_cpu: bool, interval_ns: u64, weight: u32) {
-        let w = u64::from(weight.max(1));
-        let ns = interval_ns.saturating_mul(w);
+        let w = weight.max(1);
+        let ns = interval_ns.saturating_mul(u64::from(w));
         let counts = &mut self.counts[row as usize].1;
-        counts.wall_samples += w;
+        counts.wall_samples = counts.wall_samples.saturating_add(w);
         counts.wall_ns += ns;
         if on_cpu {
-            counts.cpu_samples += w;
+            counts.cpu_samples = counts.cpu_samples.saturating_add(w);
             counts.cpu_ns += ns;
         }
     }
@@ -483,8 +486,8 @@ impl WindowAggregator {
                 route,
                 thread_name: self.threads.get_arc(s.thread),
                 task_name: s.task.map(|t| self.tasks.get_arc(t)),
-                cpu_samples: c.cpu_samples,
-                wall_samples: c.wall_samples,
+                cpu_samples: u64::from(c.cpu_samples),
+                wall_samples: u64::from(c.wall_samples),
                 cpu_ns: c.cpu_ns,
                 wall_ns: c.wall_ns,
             });
@@ -627,6 +630,37 @@ mod tests {
 
     fn sym(r: RawFrame) -> Frame {
         Frame::new(format!("f{}", r.id), "x.py", r.line)
+    }
+
+    #[test]
+    fn a_row_takes_80_bytes() {
+        // The row buffer is kept from window to window, sized for the busiest one.
+        assert!(std::mem::size_of::<(Sample, Counts)>() <= 80);
+    }
+
+    #[test]
+    fn sample_counts_saturate() {
+        let mut a = WindowAggregator::default();
+        let st = a.intern_stack(&[RawFrame { id: 1, line: 1 }], false);
+        let t = a.intern_thread_name("w");
+        let s = Sample {
+            stack: st,
+            span: None,
+            route: LabelValues::BACKGROUND,
+            thread: t,
+            task: None,
+        };
+        a.add(s, true, 10, u32::MAX - 1);
+        a.add(s, true, 10, 5);
+        let p = a.finish(
+            Resource::default(),
+            0,
+            1,
+            1,
+            &mut SpanTable::default().drain_window(),
+        );
+        assert_eq!(p.samples[0].cpu_samples, u64::from(u32::MAX));
+        assert_eq!(p.samples[0].wall_samples, u64::from(u32::MAX));
     }
 
     #[test]

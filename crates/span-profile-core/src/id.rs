@@ -1,7 +1,7 @@
 //! Trace and span identifiers.
 
 use std::fmt;
-use std::num::{NonZeroU128, NonZeroU64};
+use std::num::NonZeroU64;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,13 @@ use serde::{Deserialize, Serialize};
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
-pub struct TraceId(NonZeroU128);
+pub struct TraceId {
+    // Two halves rather than a `u128`, whose 16-byte alignment would pad every sample and
+    // span record that holds an id to a multiple of 16 bytes. Never both zero. The derived
+    // order and equality are those of the 128-bit value (high half first).
+    hi: u64,
+    lo: u64,
+}
 
 /// A W3C / OpenTelemetry span id: 8 bytes, never all zero.
 ///
@@ -72,10 +78,13 @@ fn parse_hex(s: &str, digits: usize) -> Result<u128, ParseIdError> {
 impl TraceId {
     /// Builds an id from its integer value; `None` for zero.
     pub const fn from_u128(v: u128) -> Option<Self> {
-        match NonZeroU128::new(v) {
-            Some(n) => Some(Self(n)),
-            None => None,
+        if v == 0 {
+            return None;
         }
+        Some(Self {
+            hi: (v >> 64) as u64,
+            lo: v as u64,
+        })
     }
     /// Builds an id from its 16 big-endian bytes; `None` for all zeros.
     pub fn from_bytes(b: [u8; 16]) -> Option<Self> {
@@ -83,11 +92,11 @@ impl TraceId {
     }
     /// The integer value.
     pub const fn to_u128(self) -> u128 {
-        self.0.get()
+        ((self.hi as u128) << 64) | self.lo as u128
     }
     /// The 16 big-endian bytes, as OTLP's `Link.trace_id` carries them.
     pub const fn to_bytes(self) -> [u8; 16] {
-        self.0.get().to_be_bytes()
+        self.to_u128().to_be_bytes()
     }
 }
 
@@ -131,7 +140,7 @@ impl FromStr for SpanId {
 
 impl fmt::Display for TraceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0.get())
+        write!(f, "{:032x}", self.to_u128())
     }
 }
 impl fmt::Debug for TraceId {
@@ -188,6 +197,31 @@ pub struct SpanContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trace_ids_order_and_compare_as_their_128_bit_values() {
+        let values = [
+            1u128,
+            2,
+            u128::from(u64::MAX),
+            1 << 64,
+            (1 << 64) + 1,
+            u128::MAX,
+        ];
+        for &a in &values {
+            for &b in &values {
+                let (x, y) = (
+                    TraceId::from_u128(a).unwrap(),
+                    TraceId::from_u128(b).unwrap(),
+                );
+                assert_eq!(x.cmp(&y), a.cmp(&b), "{a:#x} against {b:#x}");
+                assert_eq!(x == y, a == b);
+            }
+            assert_eq!(TraceId::from_u128(a).unwrap().to_u128(), a);
+        }
+        assert_eq!(TraceId::from_u128(0), None);
+        assert_eq!(TraceId::from_bytes([0; 16]), None);
+    }
 
     #[test]
     fn ids_roundtrip_through_lowercase_hex() {

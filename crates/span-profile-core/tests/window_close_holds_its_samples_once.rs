@@ -98,3 +98,26 @@ fn the_close_of_a_busy_window_holds_its_samples_once() {
          bytes, the next window's span buffer {reserved}, and the bound is {allowed}"
     );
 }
+
+#[test]
+fn samples_and_span_records_hold_no_padding() {
+    // A trace id as one `u128` is aligned to 16 bytes, which padded every sample to 128
+    // bytes. As two halves it is aligned to 8.
+    assert_eq!(size_of::<TraceId>(), 16);
+    assert_eq!(std::mem::align_of::<TraceId>(), 8);
+    assert_eq!(
+        size_of::<Option<SpanContext>>(),
+        32,
+        "the span id is the niche"
+    );
+    assert!(
+        size_of::<ProfileSample>() <= 120,
+        "a sample takes {} bytes",
+        size_of::<ProfileSample>()
+    );
+    assert!(
+        size_of::<SpanRecord>() <= 96,
+        "a span record takes {} bytes",
+        size_of::<SpanRecord>()
+    );
+}
