@@ -19,7 +19,7 @@ use span_profile_export::{build_output, parse_output, ExporterEnv, Output};
 use super::context::{slot_layout, HookCounters, PyActiveSpan, TaskTag};
 use super::settings;
 use super::span_hooks::{
-    field, set_profile_id, set_profile_id_ending, span_context, text, Attributes, Hex16,
+    field, set_profile_id, set_profile_id_ending, span_context, text, Attributes, Hex16, TraceIds,
 };
 use super::span_objects::SpanObjects;
 use super::walker::{self, WalkerHandles};
@@ -43,6 +43,8 @@ pub(crate) struct NativeAgent {
     spans: Arc<SpanTable>,
     /// The SDK span objects our processor started, by address (ADR 0011).
     span_objects: Arc<SpanObjects>,
+    /// Trace ids the span starts converted lately.
+    trace_ids: TraceIds,
     /// Whether the sampler reads OpenTelemetry's current context (else no sample has a span).
     reads_otel_context: bool,
     counters: Arc<HookCounters>,
@@ -227,7 +229,7 @@ impl NativeAgent {
         let py = span.py();
         let sc = field(span, intern!(py, "_context"), intern!(py, "context"))?;
         let own = span_context(&sc)?;
-        let (trace_id, span_id) = (own.trace_id()?, own.span_id);
+        let (trace_id, span_id) = (own.trace_id(&self.trace_ids)?, own.span_id);
         let parent = field(span, intern!(py, "_parent"), intern!(py, "parent"))?;
         let (parent_id, remote) = if parent.is_none() {
             (0, false)
@@ -460,6 +462,7 @@ impl NativeAgent {
             registry,
             spans,
             span_objects,
+            trace_ids: TraceIds::default(),
             reads_otel_context,
             counters: Arc::new(HookCounters::default()),
             walker_handles,
@@ -573,6 +576,7 @@ impl NativeAgent {
     fn stop(&self, py: Python<'_>, timeout_s: f64) -> Option<String> {
         let profiler = self.lock_profiler().take()?;
         self.span_objects.clear();
+        self.trace_ids.clear();
         let timeout = Duration::from_secs_f64(timeout_s.clamp(0.0, 3600.0));
         // The sampler and exporter never need the GIL; let Python threads run meanwhile.
         let (result, stats) = py.detach(move || {
@@ -606,6 +610,7 @@ impl NativeAgent {
     /// abandoned without a shutdown (which would wait for them).
     fn abandon_after_fork(&self) {
         self.span_objects.clear();
+        self.trace_ids.clear();
         if let Some(p) = self.lock_profiler().take() {
             *self
                 .final_stats

@@ -62,9 +62,64 @@ pub(crate) struct SpanContextFields<'py> {
 }
 
 impl SpanContextFields<'_> {
-    /// The trace id (a 128-bit conversion, so only done when needed).
-    pub(crate) fn trace_id(&self) -> PyResult<u128> {
-        self.trace_id.extract()
+    /// The trace id, through `cache`: the SDK gives a child span its parent's trace id
+    /// object, so a request's spans convert it once.
+    pub(crate) fn trace_id(&self, cache: &TraceIds) -> PyResult<u128> {
+        cache.get(&self.trace_id)
+    }
+}
+
+/// Trace ids recently converted, by the address of their Python `int`. Converting a 128-bit
+/// `int` (`_PyLong_AsByteArray`) took about 1,000 instructions a span, a seventh of the hooks'
+/// work (docs/benchmarks.md §20); a request's spans share one trace id object. Each entry
+/// holds a reference to its `int`, so while it is cached no other object can take its
+/// address, and an `int` never changes value: a hit is exact.
+#[derive(Debug, Default)]
+pub(crate) struct TraceIds(std::sync::Mutex<TraceIdEntries>);
+
+/// Entries a few threads' requests at once can share.
+const TRACE_ID_ENTRIES: usize = 8;
+
+#[derive(Debug, Default)]
+struct TraceIdEntries {
+    entries: [Option<(Py<PyAny>, u128)>; TRACE_ID_ENTRIES],
+    /// The entry the next miss replaces.
+    next: usize,
+}
+
+impl TraceIds {
+    /// The value of the trace id `int` `id`.
+    pub(crate) fn get(&self, id: &Bound<'_, PyAny>) -> PyResult<u128> {
+        // Poisoned only by a panic between two assignments; every entry is still a pair.
+        let mut t = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let hit = t
+            .entries
+            .iter()
+            .flatten()
+            .find(|(o, _)| o.as_ptr() == id.as_ptr());
+        if let Some(&(_, v)) = hit {
+            return Ok(v);
+        }
+        let v: u128 = id.extract()?;
+        let i = t.next;
+        t.next = (i + 1) % TRACE_ID_ENTRIES;
+        // The `int` let go has no finaliser: dropping it under the lock runs no Python code.
+        t.entries[i] = Some((id.clone().unbind(), v));
+        Ok(v)
+    }
+
+    /// Lets every cached `int` go.
+    pub(crate) fn clear(&self) {
+        let entries = std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        drop(entries);
     }
 }
 
