@@ -88,37 +88,46 @@ struct TraceIdEntries {
 }
 
 impl TraceIds {
-    /// The value of the trace id `int` `id`.
-    pub(crate) fn get(&self, id: &Bound<'_, PyAny>) -> PyResult<u128> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, TraceIdEntries> {
         // Poisoned only by a panic between two assignments; every entry is still a pair.
-        let mut t = self
-            .0
+        self.0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let hit = t
-            .entries
-            .iter()
-            .flatten()
-            .find(|(o, _)| o.as_ptr() == id.as_ptr());
-        if let Some(&(_, v)) = hit {
-            return Ok(v);
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The value of the trace id `id`. No Python code runs while the lock is held: the
+    /// conversion (which may call `__index__` on an object that is not an `int`) runs
+    /// outside it, only exact `int`s are cached, and the entry let go (an exact `int`, with
+    /// no finaliser) is dropped after the lock. Else a finaliser that starts a span would
+    /// find the lock taken by its own thread.
+    pub(crate) fn get(&self, id: &Bound<'_, PyAny>) -> PyResult<u128> {
+        {
+            let t = self.entries();
+            let hit = t
+                .entries
+                .iter()
+                .flatten()
+                .find(|(o, _)| o.as_ptr() == id.as_ptr());
+            if let Some(&(_, v)) = hit {
+                return Ok(v);
+            }
         }
         let v: u128 = id.extract()?;
-        let i = t.next;
-        t.next = (i + 1) % TRACE_ID_ENTRIES;
-        // The `int` let go has no finaliser: dropping it under the lock runs no Python code.
-        t.entries[i] = Some((id.clone().unbind(), v));
+        if id.is_exact_instance_of::<PyInt>() {
+            let old = {
+                let mut t = self.entries();
+                let i = t.next;
+                t.next = (i + 1) % TRACE_ID_ENTRIES;
+                t.entries[i].replace((id.clone().unbind(), v))
+            };
+            drop(old);
+        }
         Ok(v)
     }
 
     /// Lets every cached `int` go.
     pub(crate) fn clear(&self) {
-        let entries = std::mem::take(
-            &mut *self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let entries = std::mem::take(&mut *self.entries());
         drop(entries);
     }
 }

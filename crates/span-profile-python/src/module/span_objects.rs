@@ -123,9 +123,9 @@ impl SpanObjects {
         self.table.get(span.as_ptr() as u64)
     }
 
-    /// Looks at [`SWEEP_PER_START`] entries from the hand and unlists those that nothing else references
-    /// (and, while the table is large, those listed for long). Calls no Python code; returns
-    /// the references to release once the lock is dropped.
+    /// Looks at [`SWEEP_PER_START`] entries from the hand and unlists those that nothing else
+    /// references (and, while the table is large, those listed for long). Calls no Python
+    /// code; returns the references to release once the lock is dropped.
     fn sweep(&self, py: Python<'_>, held: &mut Held) -> Released {
         // On the stack: a span start usually lets one object go, and a heap buffer for it
         // would be one allocation and one free per span.

@@ -149,11 +149,6 @@ impl SpanObjectTable {
         }
     }
 
-    /// How many slots the table has.
-    pub fn slots(&self) -> usize {
-        self.slots.len()
-    }
-
     /// Where the slots are: their first byte and their length in bytes (to measure how much
     /// of the table is resident).
     pub fn memory(&self) -> (*const u8, usize) {
