@@ -703,6 +703,10 @@ impl NativeAgent {
             d.set_item("walker_skipped_threads", w.skipped_threads)?;
             d.set_item("walker_invalid_reads", w.invalid_reads)?;
             d.set_item("walker_code_cache_full", w.code_cache_full)?;
+            d.set_item(
+                "walker_thread_names_busy",
+                self.walker_handles.threads.busy_lookups(),
+            )?;
             d.set_item("walker_ticks", w.ticks)?;
             d.set_item("walker_direct_ticks", w.direct_ticks)?;
         }

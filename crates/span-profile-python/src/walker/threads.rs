@@ -4,6 +4,7 @@
 use crate::walker::context::Resolution;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::hash::BuildHasherDefault;
@@ -27,10 +28,17 @@ struct ThreadInfo {
 
 /// Thread names and native ids, shared between the Python side (which registers threads as they
 /// start and forgets them as they end) and the walker (which only `try_lock`s it: a contended
-/// lookup falls back to the default name, it never blocks the sampler).
+/// lookup falls back to the default name and is counted, it never blocks the sampler).
 #[derive(Debug, Clone, Default)]
 pub struct ThreadRegistry {
-    inner: Arc<Mutex<HashMap<u64, ThreadInfo>>>,
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    map: Mutex<HashMap<u64, ThreadInfo>>,
+    /// Lookups that found the map busy and gave the default name.
+    busy: AtomicU64,
 }
 
 impl ThreadRegistry {
@@ -40,7 +48,7 @@ impl ThreadRegistry {
     }
 
     fn with_entry(&self, thread_id: u64, f: impl FnOnce(&mut ThreadInfo)) {
-        let mut map = match self.inner.lock() {
+        let mut map = match self.inner.map.lock() {
             Ok(m) => m,
             Err(poisoned) => poisoned.into_inner(),
         };
@@ -68,7 +76,7 @@ impl ThreadRegistry {
 
     /// Forgets a thread that ended.
     pub fn forget(&self, thread_id: u64) {
-        let mut map = match self.inner.lock() {
+        let mut map = match self.inner.map.lock() {
             Ok(m) => m,
             Err(poisoned) => poisoned.into_inner(),
         };
@@ -82,7 +90,7 @@ impl ThreadRegistry {
         // A writer (a thread starting, naming itself or ending) holds the map for one update,
         // so a few attempts nearly always get it; the sampler never waits on a writer that
         // was preempted holding it, and then labels the sample with the default name.
-        let map = (0..LOOKUP_ATTEMPTS).find_map(|_| match self.inner.try_lock() {
+        let map = (0..LOOKUP_ATTEMPTS).find_map(|_| match self.inner.map.try_lock() {
             Ok(m) => Some(m),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => {
@@ -101,9 +109,19 @@ impl ThreadRegistry {
                 let _ = write!(buf, "Thread-{thread_id}");
                 return native;
             }
+        } else {
+            // Relaxed: a statistic, ordering nothing.
+            self.inner.busy.fetch_add(1, Ordering::Relaxed);
         }
         let _ = write!(buf, "Thread-{thread_id}");
         0
+    }
+
+    /// Lookups that gave the default name because a writer held the name map through every
+    /// attempt (`stats()["walker_thread_names_busy"]`): samples whose thread may have had a
+    /// name of its own.
+    pub fn busy_lookups(&self) -> u64 {
+        self.inner.busy.load(Ordering::Relaxed)
     }
 }
 
@@ -485,6 +503,25 @@ mod tests {
         r.forget(7);
         r.lookup(7, &mut buf);
         assert_eq!(buf.as_str(), "Thread-7");
+    }
+
+    #[test]
+    fn a_busy_name_map_gives_the_default_name_and_is_counted() {
+        let r = ThreadRegistry::new();
+        r.set_thread_name(7, "worker");
+        let mut buf = NameBuf::new();
+        {
+            // A writer that holds the map through every attempt (preempted mid-update).
+            let _writer = r.inner.map.lock().unwrap();
+            assert_eq!(r.lookup(7, &mut buf), 0);
+            assert_eq!(buf.as_str(), "Thread-7");
+        }
+        assert_eq!(r.busy_lookups(), 1);
+        r.lookup(7, &mut buf);
+        assert_eq!(buf.as_str(), "worker");
+        // Unknown threads get the default name without counting as busy.
+        r.lookup(8, &mut buf);
+        assert_eq!(r.busy_lookups(), 1);
     }
 
     #[test]

@@ -30,4 +30,10 @@ def test_each_pooled_task_gets_its_own_span(agent, tracer):
         assert set(by_span(mine)) <= {span_ids[i]}, "task %d: %r" % (i, by_span(mine))
     assert seen >= TASKS * 3 // 4  # nearly every 80 ms task was sampled at least once
     pool_threads = {s.labels["thread_name"] for s in samples if any(f.startswith("pool_task_") for f in s.functions)}
-    assert pool_threads and all(n.startswith("pool") for n in pool_threads)
+    assert pool_threads
+    # A pool thread's samples carry its name. The sampler never waits for the name map: if a
+    # thread starting or ending held it through every attempt, the sample gets the default
+    # name, and that is counted.
+    unnamed = {n for n in pool_threads if not n.startswith("pool")}
+    assert not unnamed or agent.stats()["walker_thread_names_busy"] > 0, unnamed
+    assert len(unnamed) < len(pool_threads), pool_threads
