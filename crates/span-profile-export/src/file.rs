@@ -570,12 +570,21 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// length. If the streamed meta comment fails ([`write_pprof`]'s `Other` error, never an I/O
 /// error), the file is written again from [`encode_pprof`], which holds it.
 fn write_window(path: &Path, profile: &Profile) -> io::Result<u64> {
+    write_window_with(path, profile, write_pprof)
+}
+
+/// [`write_window`], streaming with `stream` (a test stands in for [`write_pprof`] to make
+/// the streamed meta comment fail).
+fn write_window_with<S>(path: &Path, profile: &Profile, stream: S) -> io::Result<u64>
+where
+    S: FnOnce(&Profile, io::BufWriter<fs::File>) -> io::Result<io::BufWriter<fs::File>>,
+{
     let streamed = || -> io::Result<fs::File> {
         let f = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(path)?;
-        let w = write_pprof(profile, io::BufWriter::with_capacity(64 * 1024, f))?;
+        let w = stream(profile, io::BufWriter::with_capacity(64 * 1024, f))?;
         w.into_inner().map_err(io::IntoInnerError::into_error)
     };
     let f = match streamed() {
@@ -732,6 +741,43 @@ mod tests {
         assert_eq!(parse_file_name(".tmp-1-a-2"), None);
         assert_eq!(parse_file_name("x-a-1.pb.gz"), None);
         assert_eq!(parse_file_name("1-a-1.pb"), None);
+    }
+
+    /// A streamed write that puts out part of a file, then fails as [`write_pprof`] does when
+    /// the two passes over the meta comment disagree (`kind`: `Other`), or as the disk does.
+    fn fails_midway(
+        kind: io::ErrorKind,
+    ) -> impl FnOnce(&Profile, io::BufWriter<fs::File>) -> io::Result<io::BufWriter<fs::File>> {
+        move |_, mut w| {
+            w.write_all(b"\x1f\x8b part of a window")?;
+            w.flush()?;
+            Err(io::Error::new(kind, "streamed write failed"))
+        }
+    }
+
+    #[test]
+    fn a_failed_streamed_meta_comment_writes_the_window_whole_from_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("window.pb.gz");
+        let p = Profile::empty(span_profile_core::Resource::default(), 1_000, 10_000, 10);
+        let len = write_window_with(&path, &p, fails_midway(io::ErrorKind::Other)).unwrap();
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(
+            bytes,
+            crate::encode_pprof(&p),
+            "the held encoding, not the partial one"
+        );
+        assert_eq!(len, bytes.len() as u64);
+        assert_eq!(crate::decode_pprof(&bytes).unwrap(), p);
+    }
+
+    #[test]
+    fn an_io_error_while_streaming_is_returned_not_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("window.pb.gz");
+        let p = Profile::empty(span_profile_core::Resource::default(), 1_000, 10_000, 10);
+        let e = write_window_with(&path, &p, fails_midway(io::ErrorKind::StorageFull));
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::StorageFull);
     }
 
     #[test]
