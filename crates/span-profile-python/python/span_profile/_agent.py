@@ -233,6 +233,10 @@ def stats():
     ``pyroscope.profile.id``); ``span_objects`` (spans listed for the sampler), ``span_objects_full``,
     ``span_objects_evicted`` and ``span_objects_contended_reads`` (lookups that gave no span
     because a span start was updating the entry); ``running`` and ``walker`` (what samples the stacks);
+    the CPython walker's ``walker_*`` counters (samples, frames, truncated stacks, idle and skipped
+    threads, invalid reads, a full code cache, ticks, and ``walker_thread_names_busy``: samples
+    labelled ``Thread-<ident>`` because a thread starting or ending held the name map) and its
+    ``context_*`` counters (context reads: with a span, without, untracked, invalid, switched);
     ``failed`` and ``failure``: whether a failure (a panic in the sampler) stopped sampling, and
     the message that was then logged once on stderr (the application is never affected)."""
     agent = _LAST
