@@ -16,7 +16,9 @@ cd "$ROOT"
 export RUSTFLAGS="${RUSTFLAGS:--Dwarnings}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # CI builds once from a clean clone: incremental state would only take disk (1.3 GB).
-[[ -n "${CI:-}" ]] && export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+if [[ -n "${CI:-}" ]]; then
+    export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+fi
 stages=0
 # Each stage's heading says how much disk is left, so a run that fills the disk says where.
 step() { printf '\n==== %s  [%s free]\n' "$*" "$(df -h --output=avail "$ROOT" 2>/dev/null | tail -1 | tr -d ' ')"; }
