@@ -20,50 +20,8 @@ _SDK_ON_ENDING = getattr(_SdkSpanProcessor, "_on_ending", None)
 _native.set_ends_at_ending(_SDK_ON_ENDING is not None)
 
 
-class SpanProcessor(_SdkSpanProcessor):
-    """Links OpenTelemetry spans to profiles.
-
-    Add it to the TracerProvider: ``provider.add_span_processor(span_profile.SpanProcessor())``.
-    On start it records the span (its parent, local root and ``http.route``) in the agent's span
-    table and lists the span object for the sampler. As the span ends it records the end time
-    and sets the attribute ``pyroscope.profile.id`` to the span id (16 hex digits) if the span
-    may have samples and the output keeps samples under its own id: every span for a directory
-    or OTLP, the local roots only for Pyroscope (unless ``PYROSCOPE_SPAN_SCOPE=all``). So a
-    link never leads to an empty profile. (SDKs before 1.35, which have no ``_on_ending``, get
-    the link on every span in that scope, at start.) Which span is current on a thread is not
-    tracked here: the sampler reads OpenTelemetry's own context and attributes samples to its
-    span when this processor started it. Does nothing while no agent runs. It never raises
-    into the application: failures are counted in ``stats()["hook_errors"]``.
-
-    A subclass that overrides ``on_start`` or ``_on_ending`` must call the base method.
-    """
-
-    def __init__(self):
-        # The SDK calls these for every span: builtins, so that no Python frame runs (unless
-        # a subclass overrides one). They feed the running agent (set_agent) and never raise;
-        # failures count in stats()["hook_errors"].
-        cls = type(self)
-        if cls.on_start is SpanProcessor.on_start:
-            self.on_start = _native.span_on_start
-        if cls.on_end is SpanProcessor.on_end:
-            self.on_end = _native.span_on_end
-        if _SDK_ON_ENDING is not None and cls._on_ending is SpanProcessor._on_ending:
-            self._on_ending = _native.span_on_ending
-
-    def on_start(self, span, parent_context=None):
-        _native.span_on_start(span, parent_context)
-
-    def _on_ending(self, span):
-        _native.span_on_ending(span)
-
-    def on_end(self, span):
-        _native.span_on_end(span)
-
-    def shutdown(self):
-        pass
-
-    def force_flush(self, timeout_millis=30000):
-        return True
+# The span processor is native (ADR 0016): see its docstring.
+SpanProcessor = _native.SpanProcessor
 
 
 def set_agent(native):

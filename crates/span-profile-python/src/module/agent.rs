@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 
 use span_profile_core::{
     ActiveSpanRegistry, ExportError, Profiler, ProfilerStats, SpanEnd, SpanId, SpanScope,
@@ -19,7 +19,8 @@ use span_profile_export::{build_output, parse_output, ExporterEnv, Output};
 use super::context::{slot_layout, HookCounters, PyActiveSpan, TaskTag};
 use super::settings;
 use super::span_hooks::{
-    field, set_profile_id, set_profile_id_ending, span_context, text, Attributes, Hex16, TraceIds,
+    field, set_profile_id, set_profile_id_ending, span_context, text, time_ns, Attributes, Hex16,
+    TraceIds,
 };
 use super::span_objects::SpanObjects;
 use super::walker::{self, WalkerHandles};
@@ -254,9 +255,7 @@ impl NativeAgent {
         let route = route.as_ref().map(text).transpose()?;
         let name = field(span, intern!(py, "_name"), intern!(py, "name"))?;
         let name = name.cast::<PyString>()?;
-        let start_ns: u64 = field(span, intern!(py, "_start_time"), intern!(py, "start_time"))?
-            .extract()
-            .unwrap_or(0);
+        let start_ns = time_ns(span, intern!(py, "_start_time"), intern!(py, "start_time"))?;
         let Some(active) = self.span_start(
             trace_id,
             span_id,
@@ -318,9 +317,7 @@ impl NativeAgent {
             None
         };
         let route = route.as_ref().map(text).transpose()?;
-        let end_ns: u64 = field(span, intern!(py, "_end_time"), intern!(py, "end_time"))?
-            .extract()
-            .unwrap_or(0);
+        let end_ns = time_ns(span, intern!(py, "_end_time"), intern!(py, "end_time"))?;
         Ok(self.span_end(span_id, end_ns, route.as_deref()))
     }
 
@@ -748,21 +745,6 @@ pub(crate) fn set_span_hooks(agent: Option<Py<NativeAgent>>) {
     drop(old);
 }
 
-/// `SpanProcessor.on_start`, as a builtin the SDK calls without a Python frame: records the
-/// span with the running agent (see [`NativeAgent::on_start`]). Never raises.
-#[pyfunction]
-#[pyo3(signature = (span, parent_context=None))]
-pub(crate) fn span_on_start(
-    py: Python<'_>,
-    span: &Bound<'_, PyAny>,
-    parent_context: Option<&Bound<'_, PyAny>>,
-) {
-    let _ = parent_context;
-    if let Some(agent) = span_hooks_agent(py) {
-        agent.get().on_start(span);
-    }
-}
-
 /// Whether the SDK calls `SpanProcessor._on_ending` with the live span just before `on_end`
 /// (OpenTelemetry SDK 1.35 and later). Then the end is recorded there, from what `on_start`
 /// listed, and `pyroscope.profile.id` goes only on the spans that may have samples; `on_end`
@@ -781,25 +763,92 @@ pub(crate) fn set_ends_at_ending(yes: bool) {
     ENDS_AT_ENDING.store(yes, Ordering::Relaxed);
 }
 
-/// `SpanProcessor.on_end`, as a builtin (see [`NativeAgent::on_end`]); nothing when the SDK
-/// calls `_on_ending`. Never raises.
-#[pyfunction]
-pub(crate) fn span_on_end(py: Python<'_>, span: &Bound<'_, PyAny>) {
-    if ends_at_ending() {
-        return;
-    }
-    if let Some(agent) = span_hooks_agent(py) {
-        agent.get().on_end(span);
-    }
-}
+/// `span_profile.SpanProcessor`: links OpenTelemetry spans to profiles.
+///
+/// Add it to the TracerProvider: `provider.add_span_processor(span_profile.SpanProcessor())`.
+/// On start it records the span (its parent, local root and `http.route`) in the agent's span
+/// table and lists the span object for the sampler. As the span ends it records the end time
+/// and sets the attribute `pyroscope.profile.id` to the span id (16 hex digits) if the span
+/// may have samples and the output keeps samples under its own id: every span for a directory
+/// or OTLP, the local roots only for Pyroscope (unless `PYROSCOPE_SPAN_SCOPE=all`). So a link
+/// never leads to an empty profile. (SDKs before 1.35, which have no `_on_ending`, get the link
+/// on every span in that scope, at start.) Which span is current on a thread is not tracked
+/// here: the sampler reads OpenTelemetry's own context and attributes samples to its span when
+/// this processor started it. Does nothing while no agent runs. It never raises into the
+/// application: failures are counted in `stats()["hook_errors"]`.
+///
+/// A native class (ADR 0016), with the SDK `SpanProcessor`'s methods but not derived from it: the
+/// SDK calls `on_start`, `_on_ending` and `on_end` for every span, and CPython caches the
+/// lookup of a native class's method at the call site, with no Python frame run. A subclass that
+/// overrides one of them must call the base: `super().on_start(span, parent_context)`.
+#[pyclass(name = "SpanProcessor", module = "span_profile", subclass, frozen)]
+pub(crate) struct SpanProcessor;
 
-/// `SpanProcessor._on_ending`, as a builtin (see [`NativeAgent::on_ending`]). Never raises.
-#[pyfunction]
-pub(crate) fn span_on_ending(py: Python<'_>, span: &Bound<'_, PyAny>) {
-    if !ends_at_ending() {
-        return;
+#[pymethods]
+impl SpanProcessor {
+    /// `SpanProcessor()` takes no arguments. A subclass's constructor may have parameters of
+    /// its own, for its `__init__`: they are let through, as `object.__new__` does.
+    #[new]
+    #[classmethod]
+    #[pyo3(signature = (*args, **kwargs))]
+    fn new(
+        cls: &Bound<'_, PyType>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let has_args = !args.is_empty() || kwargs.is_some_and(|k| !k.is_empty());
+        if has_args && cls.is(cls.py().get_type::<Self>()) {
+            return Err(PyTypeError::new_err(
+                "SpanProcessor() takes no arguments; configure the agent with span_profile.start()",
+            ));
+        }
+        Ok(Self)
     }
-    if let Some(agent) = span_hooks_agent(py) {
-        agent.get().on_ending(span);
+
+    /// Records the span with the running agent (see [`NativeAgent::on_start`]).
+    #[pyo3(signature = (span, parent_context=None))]
+    fn on_start(
+        &self,
+        py: Python<'_>,
+        span: &Bound<'_, PyAny>,
+        parent_context: Option<&Bound<'_, PyAny>>,
+    ) {
+        let _ = parent_context;
+        if let Some(agent) = span_hooks_agent(py) {
+            agent.get().on_start(span);
+        }
+    }
+
+    /// Records the end of the live span, where the SDK calls it (see
+    /// [`NativeAgent::on_ending`] and [`ENDS_AT_ENDING`]).
+    #[pyo3(name = "_on_ending")]
+    fn on_ending(&self, py: Python<'_>, span: &Bound<'_, PyAny>) {
+        if !ends_at_ending() {
+            return;
+        }
+        if let Some(agent) = span_hooks_agent(py) {
+            agent.get().on_ending(span);
+        }
+    }
+
+    /// Nothing to shut down: the agent is stopped by `agent.stop()` or at exit.
+    fn shutdown(&self) {}
+
+    /// Nothing is buffered here; always true.
+    #[pyo3(signature = (timeout_millis=30000))]
+    fn force_flush(&self, timeout_millis: u64) -> bool {
+        let _ = timeout_millis;
+        true
+    }
+
+    /// Records the end from the `ReadableSpan`, for an SDK that does not call `_on_ending`
+    /// (see [`NativeAgent::on_end`]); else nothing.
+    fn on_end(&self, py: Python<'_>, span: &Bound<'_, PyAny>) {
+        if ends_at_ending() {
+            return;
+        }
+        if let Some(agent) = span_hooks_agent(py) {
+            agent.get().on_end(span);
+        }
     }
 }

@@ -16,14 +16,12 @@ use pyo3::prelude::*;
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::NativeAgent>()?;
+    m.add_class::<agent::SpanProcessor>()?;
     m.add_class::<context::PyActiveSpan>()?;
     m.add_class::<context::TaskTag>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(parse_output, m)?)?;
     m.add_function(wrap_pyfunction!(agent::set_span_hooks, m)?)?;
-    m.add_function(wrap_pyfunction!(agent::span_on_start, m)?)?;
-    m.add_function(wrap_pyfunction!(agent::span_on_end, m)?)?;
-    m.add_function(wrap_pyfunction!(agent::span_on_ending, m)?)?;
     m.add_function(wrap_pyfunction!(agent::set_ends_at_ending, m)?)?;
     Ok(())
 }

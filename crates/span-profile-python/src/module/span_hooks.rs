@@ -52,6 +52,40 @@ pub(crate) fn field<'py>(
     }
 }
 
+/// An `int` as a `u64`: a span id, or a time in nanoseconds. pyo3's `u64` extraction calls
+/// `PyLong_AsUnsignedLongLong`, which converts an `int` of more than one 30-bit digit (every
+/// span id and every time since 1970) through `_PyLong_AsByteArray`: about 200 instructions,
+/// four times a span (docs/benchmarks.md §22). `PyLong_AsUnsignedLong` takes the same values
+/// on a 64-bit Unix and shifts the digits together in a loop. It takes an `int` (or a
+/// subclass) only; anything else goes through pyo3, which calls `__index__`.
+pub(crate) fn u64_of(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    // An `unsigned long` is 64 bits on a 64-bit Unix (LP64).
+    #[cfg(all(unix, target_pointer_width = "64"))]
+    if v.is_instance_of::<PyInt>() {
+        // SAFETY: `v` is a live `int` (checked above) and the GIL is held (`Bound`).
+        // `PyLong_AsUnsignedLong` only reads it, and on a negative or too large value sets
+        // an exception and returns -1, which is taken below.
+        let x: u64 = unsafe { pyo3::ffi::PyLong_AsUnsignedLong(v.as_ptr()) };
+        if x == u64::MAX {
+            if let Some(e) = PyErr::take(v.py()) {
+                return Err(e);
+            }
+        }
+        return Ok(x);
+    }
+    v.extract()
+}
+
+/// A span's start or end time in Unix nanoseconds ([`field`]), 0 if it is not set or not an
+/// integer.
+pub(crate) fn time_ns(
+    span: &Bound<'_, PyAny>,
+    private: &Bound<'_, PyString>,
+    public: &Bound<'_, PyString>,
+) -> PyResult<u64> {
+    Ok(u64_of(&field(span, private, public)?).unwrap_or(0))
+}
+
 /// The fields of an OpenTelemetry `SpanContext`, unconverted.
 pub(crate) struct SpanContextFields<'py> {
     trace_id: Bound<'py, PyAny>,
@@ -151,7 +185,7 @@ pub(crate) fn span_context<'py>(sc: &Bound<'py, PyAny>) -> PyResult<SpanContextF
             {
                 return Ok(SpanContextFields {
                     trace_id: a.to_owned(),
-                    span_id: b.extract()?,
+                    span_id: u64_of(&b)?,
                     is_remote: c.is(PyBool::new(sc.py(), true)),
                 });
             }
@@ -160,7 +194,7 @@ pub(crate) fn span_context<'py>(sc: &Bound<'py, PyAny>) -> PyResult<SpanContextF
     let py = sc.py();
     Ok(SpanContextFields {
         trace_id: sc.getattr(intern!(py, "trace_id"))?,
-        span_id: sc.getattr(intern!(py, "span_id"))?.extract()?,
+        span_id: u64_of(&sc.getattr(intern!(py, "span_id"))?)?,
         is_remote: sc.getattr(intern!(py, "is_remote"))?.is_truthy()?,
     })
 }
