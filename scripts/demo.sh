@@ -29,7 +29,8 @@ echo "== venv $VENV"
 
 echo "== building and installing span_profile"
 rm -rf "$ROOT/target/demo-wheels"
-"$VENV/bin/maturin" build --release --quiet -m crates/span-profile-python/Cargo.toml \
+# The Cargo profile (`wheel`: release with LTO) comes from pyproject.toml.
+"$VENV/bin/maturin" build --quiet -m crates/span-profile-python/Cargo.toml \
     -i "$VENV/bin/python" --out "$ROOT/target/demo-wheels"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
     "$ROOT"/target/demo-wheels/span_profile-*.whl

@@ -79,7 +79,8 @@ rm -rf "$WHEELS"
 note "building the span_profile wheels"
 interpreters=()
 for py in "${found[@]}"; do interpreters+=(-i "$py"); done
-"$build_venv/bin/maturin" build --release --quiet \
+# The Cargo profile (`wheel`: release with LTO) comes from pyproject.toml.
+"$build_venv/bin/maturin" build --quiet \
     -m "$ROOT/crates/span-profile-python/Cargo.toml" "${interpreters[@]}" --out "$WHEELS"
 
 # The wheel built for an interpreter (its cpXY tag).
