@@ -834,9 +834,10 @@ impl SpanProcessor {
     /// Nothing to shut down: the agent is stopped by `agent.stop()` or at exit.
     fn shutdown(&self) {}
 
-    /// Nothing is buffered here; always true.
-    #[pyo3(signature = (timeout_millis=30000))]
-    fn force_flush(&self, timeout_millis: u64) -> bool {
+    /// Nothing is buffered here; always true. The timeout is not looked at, so no value of it
+    /// (the SDK passes a float when the application gave one) can raise.
+    #[pyo3(signature = (timeout_millis=None))]
+    fn force_flush(&self, timeout_millis: Option<&Bound<'_, PyAny>>) -> bool {
         let _ = timeout_millis;
         true
     }

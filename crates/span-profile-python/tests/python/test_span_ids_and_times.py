@@ -123,4 +123,8 @@ def test_the_processor_takes_no_arguments_and_says_where_settings_go():
         span_profile.SpanProcessor(100)
     processor = span_profile.SpanProcessor()
     assert processor.force_flush() is True
-    processor.shutdown()
+    # The SDK hands on the application's timeout, a float if it gave one.
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    assert provider.force_flush(1500.0) is True
+    provider.shutdown()
