@@ -53,11 +53,11 @@ pub(crate) fn field<'py>(
 }
 
 /// An `int` as a `u64`: a span id, or a time in nanoseconds. pyo3's `u64` extraction calls
-/// `PyLong_AsUnsignedLongLong`, which converts an `int` of more than one 30-bit digit (every
-/// span id and every time since 1970) through `_PyLong_AsByteArray`: about 200 instructions,
-/// four times a span (docs/benchmarks.md §22). `PyLong_AsUnsignedLong` takes the same values
-/// on a 64-bit Unix and shifts the digits together in a loop. It takes an `int` (or a
-/// subclass) only; anything else goes through pyo3, which calls `__index__`.
+/// `PyLong_AsUnsignedLongLong`, which converts an `int` of more than one 30-bit digit (nearly
+/// every span id, and every time since 1970) through `_PyLong_AsByteArray`: about 200
+/// instructions, four times a span (docs/benchmarks.md §22). `PyLong_AsUnsignedLong` takes the
+/// same values on a 64-bit Unix and shifts the digits together in a loop. It takes an `int`
+/// (or a subclass) only; anything else goes through pyo3, which calls `__index__`.
 pub(crate) fn u64_of(v: &Bound<'_, PyAny>) -> PyResult<u64> {
     // An `unsigned long` is 64 bits on a 64-bit Unix (LP64).
     #[cfg(all(unix, target_pointer_width = "64"))]
