@@ -1,5 +1,5 @@
-"""Span ids and times are read exactly, whatever their size: an `int` of one 30-bit digit or
-three, up to the largest 64-bit id, and an `int` subclass. The processor reads them through
+"""Span ids and times are read exactly, whatever their size: an `int` of one, two or three
+30-bit digits, up to the largest 64-bit id, and an `int` subclass. The processor reads them through
 its own fast conversion (span_hooks.rs `u64_of`), so these are its edges."""
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
