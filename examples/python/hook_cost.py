@@ -8,6 +8,16 @@ span_profile, measured alternately (A B A B ...) in the same process.
      runtime context is left alone since ADR 0011; a build that wraps it, as earlier ones did,
      gets its wrapper in arm B only)
 
+--arm picks what B is, to put the figure beside its floor:
+  ours  (default) span_profile.SpanProcessor() fed by the running agent
+  idle  span_profile.SpanProcessor() with no agent behind its entry points: the SDK's call
+        into a native processor and pyo3's entry, with no work
+  noop  a Python SpanProcessor whose methods do nothing: the floor of any processor
+  pyroscope-otel
+        a peer: pyroscope-otel's PyroscopeSpanProcessor, with pyroscope-io's agent sampling at
+        --rate Hz in place of ours (pip install pyroscope-io pyroscope-otel; its uploads go to
+        a closed local port and fail, which costs nothing per span)
+
 Many short rounds; prints the minimum and median CPU time per span of the calling thread for
 each arm, and the difference. On a busy machine trust the minima: noise only adds time.
 """
@@ -17,7 +27,7 @@ import tempfile
 import time
 
 import opentelemetry.context as otel_context
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind
 
 import span_profile
@@ -52,6 +62,27 @@ def per_span_ns(tracer, n, shape="span"):
     return (time.thread_time_ns() - t0) / (7 * requests)
 
 
+class NoOp(SpanProcessor):
+    """The --arm noop processor."""
+
+    def on_start(self, span, parent_context=None):
+        pass
+
+    def on_end(self, span):
+        pass
+
+
+def processor(args):
+    """Arm B's span processor."""
+    if args.arm == "noop":
+        return NoOp()
+    if args.arm == "pyroscope-otel":
+        from pyroscope.otel import PyroscopeSpanProcessor
+
+        return PyroscopeSpanProcessor()
+    return span_profile.SpanProcessor()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spans", type=int, default=2000, help="spans per round")
@@ -59,14 +90,25 @@ def main():
     ap.add_argument("--rate", type=int, default=100)
     ap.add_argument("--shape", choices=("span", "request"), default="span",
                     help="root spans alone, or requests of the bench workload's shape")
+    ap.add_argument("--arm", choices=("ours", "idle", "noop", "pyroscope-otel"), default="ours",
+                    help="what arm B runs (see above)")
     args = ap.parse_args()
 
     bare = TracerProvider().get_tracer("bare")
     ours_provider = TracerProvider()
-    ours_provider.add_span_processor(span_profile.SpanProcessor())
+    ours_provider.add_span_processor(processor(args))
     ours = ours_provider.get_tracer("ours")
-    agent = span_profile.start(service="hook-cost", output=tempfile.mkdtemp(prefix="hook-cost-"),
-                               sample_rate_hz=args.rate, window_s=600)
+    if args.arm == "pyroscope-otel":
+        import pyroscope
+
+        pyroscope.configure(application_name="hook-cost", server_address="http://127.0.0.1:9",
+                            sample_rate=args.rate)
+        agent = None
+    else:
+        agent = span_profile.start(service="hook-cost", output=tempfile.mkdtemp(prefix="hook-cost-"),
+                                   sample_rate_hz=args.rate, window_s=600)
+    if args.arm == "idle":
+        span_profile._native.set_span_hooks(None)  # the entry points run and find no agent
     hook = otel_context._RUNTIME_CONTEXT
     original = getattr(hook, "original", hook)  # a wrapper installed by start(), if any
 
@@ -78,11 +120,12 @@ def main():
         a.append(per_span_ns(bare, args.spans, args.shape))
         otel_context._RUNTIME_CONTEXT = hook
         b.append(per_span_ns(ours, args.spans, args.shape))
-    agent.stop()
+    if agent is not None:
+        agent.stop()
     ma, mb = statistics.median(a), statistics.median(b)
     diffs = sorted(y - x for x, y in zip(a, b))
-    print("median per span: bare %.0f ns (%.0f-%.0f), span_profile %.0f ns (%.0f-%.0f)"
-          % (ma, min(a), max(a), mb, min(b), max(b)))
+    print("median per span: bare %.0f ns (%.0f-%.0f), %s %.0f ns (%.0f-%.0f)"
+          % (ma, min(a), max(a), args.arm, mb, min(b), max(b)))
     print("added per span (start+end+attach+detach): %.0f ns by the minima, %.0f ns by the medians "
           "(paired differences: median %.0f, quartiles %.0f-%.0f)"
           % (min(b) - min(a), mb - ma, statistics.median(diffs), diffs[len(diffs) // 4], diffs[3 * len(diffs) // 4]))

@@ -779,8 +779,10 @@ pub(crate) fn set_ends_at_ending(yes: bool) {
 ///
 /// A native class (ADR 0016), with the SDK `SpanProcessor`'s methods but not derived from it: the
 /// SDK calls `on_start`, `_on_ending` and `on_end` for every span, and CPython caches the
-/// lookup of a native class's method at the call site, with no Python frame run. A subclass that
-/// overrides one of them must call the base: `super().on_start(span, parent_context)`.
+/// lookup of a native class's method at the call site, with no Python frame run. Those three are
+/// hand-written method descriptors (`processor_methods.rs`, ADR 0017), set on the type at
+/// import. A subclass that overrides one of them must call the base:
+/// `super().on_start(span, parent_context)`.
 #[pyclass(name = "SpanProcessor", module = "span_profile", subclass, frozen)]
 pub(crate) struct SpanProcessor;
 
@@ -805,32 +807,6 @@ impl SpanProcessor {
         Ok(Self)
     }
 
-    /// Records the span with the running agent (see [`NativeAgent::on_start`]).
-    #[pyo3(signature = (span, parent_context=None))]
-    fn on_start(
-        &self,
-        py: Python<'_>,
-        span: &Bound<'_, PyAny>,
-        parent_context: Option<&Bound<'_, PyAny>>,
-    ) {
-        let _ = parent_context;
-        if let Some(agent) = span_hooks_agent(py) {
-            agent.get().on_start(span);
-        }
-    }
-
-    /// Records the end of the live span, where the SDK calls it (see
-    /// [`NativeAgent::on_ending`] and [`ENDS_AT_ENDING`]).
-    #[pyo3(name = "_on_ending")]
-    fn on_ending(&self, py: Python<'_>, span: &Bound<'_, PyAny>) {
-        if !ends_at_ending() {
-            return;
-        }
-        if let Some(agent) = span_hooks_agent(py) {
-            agent.get().on_ending(span);
-        }
-    }
-
     /// Nothing to shut down: the agent is stopped by `agent.stop()` or at exit.
     fn shutdown(&self) {}
 
@@ -841,15 +817,34 @@ impl SpanProcessor {
         let _ = timeout_millis;
         true
     }
+}
 
-    /// Records the end from the `ReadableSpan`, for an SDK that does not call `_on_ending`
-    /// (see [`NativeAgent::on_end`]); else nothing.
-    fn on_end(&self, py: Python<'_>, span: &Bound<'_, PyAny>) {
-        if ends_at_ending() {
-            return;
-        }
-        if let Some(agent) = span_hooks_agent(py) {
-            agent.get().on_end(span);
-        }
+/// `SpanProcessor.on_start(span, parent_context=None)` (`processor_methods.rs`): records the
+/// span with the running agent (see [`NativeAgent::on_start`]).
+pub(crate) fn processor_on_start(py: Python<'_>, span: &Bound<'_, PyAny>) {
+    if let Some(agent) = span_hooks_agent(py) {
+        agent.get().on_start(span);
+    }
+}
+
+/// `SpanProcessor._on_ending(span)`: records the end of the live span, where the SDK calls it
+/// (see [`NativeAgent::on_ending`] and [`ENDS_AT_ENDING`]).
+pub(crate) fn processor_on_ending(py: Python<'_>, span: &Bound<'_, PyAny>) {
+    if !ends_at_ending() {
+        return;
+    }
+    if let Some(agent) = span_hooks_agent(py) {
+        agent.get().on_ending(span);
+    }
+}
+
+/// `SpanProcessor.on_end(span)`: records the end from the `ReadableSpan`, for an SDK that does
+/// not call `_on_ending` (see [`NativeAgent::on_end`]); else nothing.
+pub(crate) fn processor_on_end(py: Python<'_>, span: &Bound<'_, PyAny>) {
+    if ends_at_ending() {
+        return;
+    }
+    if let Some(agent) = span_hooks_agent(py) {
+        agent.get().on_end(span);
     }
 }

@@ -3,6 +3,7 @@
 
 mod agent;
 mod context;
+mod processor_methods;
 mod settings;
 mod span_hooks;
 mod span_objects;
@@ -17,6 +18,7 @@ use pyo3::prelude::*;
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::NativeAgent>()?;
     m.add_class::<agent::SpanProcessor>()?;
+    processor_methods::install(&m.py().get_type::<agent::SpanProcessor>())?;
     m.add_class::<context::PyActiveSpan>()?;
     m.add_class::<context::TaskTag>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
