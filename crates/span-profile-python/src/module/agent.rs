@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 
@@ -19,8 +18,8 @@ use span_profile_export::{build_output, parse_output, ExporterEnv, Output};
 use super::context::{slot_layout, HookCounters, PyActiveSpan, TaskTag};
 use super::settings;
 use super::span_hooks::{
-    field, set_profile_id, set_profile_id_ending, span_context, text, time_ns, Attributes, Hex16,
-    TraceIds,
+    set_profile_id, set_profile_id_ending, span_context, text, time_ns, Attributes, Hex16,
+    TraceIds, CONTEXT, END_TIME, NAME, PARENT, START_TIME,
 };
 use super::span_objects::SpanObjects;
 use super::walker::{self, WalkerHandles};
@@ -227,11 +226,10 @@ impl NativeAgent {
 
 impl NativeAgent {
     fn try_on_start(&self, span: &Bound<'_, PyAny>) -> PyResult<()> {
-        let py = span.py();
-        let sc = field(span, intern!(py, "_context"), intern!(py, "context"))?;
+        let sc = CONTEXT.of(span)?;
         let own = span_context(&sc)?;
         let (trace_id, span_id) = (own.trace_id(&self.trace_ids)?, own.span_id);
-        let parent = field(span, intern!(py, "_parent"), intern!(py, "parent"))?;
+        let parent = PARENT.of(span)?;
         let (parent_id, remote) = if parent.is_none() {
             (0, false)
         } else {
@@ -253,9 +251,9 @@ impl NativeAgent {
             _ => None,
         };
         let route = route.as_ref().map(text).transpose()?;
-        let name = field(span, intern!(py, "_name"), intern!(py, "name"))?;
+        let name = NAME.of(span)?;
         let name = name.cast::<PyString>()?;
-        let start_ns = time_ns(span, intern!(py, "_start_time"), intern!(py, "start_time"))?;
+        let start_ns = time_ns(span, &START_TIME)?;
         let Some(active) = self.span_start(
             trace_id,
             span_id,
@@ -290,10 +288,9 @@ impl NativeAgent {
     /// (made for the call, so never listed), or an ending span the span-object table did not
     /// list. Returns its id, whether it is a local root, and what the span table said.
     fn end_from_fields(&self, span: &Bound<'_, PyAny>) -> PyResult<(u64, bool, SpanEnd)> {
-        let py = span.py();
-        let sc = field(span, intern!(py, "_context"), intern!(py, "context"))?;
+        let sc = CONTEXT.of(span)?;
         let span_id = span_context(&sc)?.span_id;
-        let parent = field(span, intern!(py, "_parent"), intern!(py, "parent"))?;
+        let parent = PARENT.of(span)?;
         let is_root = parent.is_none() || span_context(&parent)?.is_remote;
         let end = self.record_end(span, span_id, is_root)?;
         Ok((span_id, is_root, end))
@@ -307,7 +304,6 @@ impl NativeAgent {
         span_id: u64,
         read_route: bool,
     ) -> PyResult<SpanEnd> {
-        let py = span.py();
         let route = if read_route {
             Attributes::of(span)?
                 .map(|a| a.route())
@@ -317,7 +313,7 @@ impl NativeAgent {
             None
         };
         let route = route.as_ref().map(text).transpose()?;
-        let end_ns = time_ns(span, intern!(py, "_end_time"), intern!(py, "end_time"))?;
+        let end_ns = time_ns(span, &END_TIME)?;
         Ok(self.span_end(span_id, end_ns, route.as_deref()))
     }
 

@@ -3,6 +3,7 @@
 
 mod agent;
 mod context;
+mod instance_attrs;
 mod processor_methods;
 mod settings;
 mod span_hooks;
@@ -16,6 +17,7 @@ use pyo3::prelude::*;
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    instance_attrs::init(m.py());
     m.add_class::<agent::NativeAgent>()?;
     m.add_class::<agent::SpanProcessor>()?;
     processor_methods::install(&m.py().get_type::<agent::SpanProcessor>())?;
@@ -25,6 +27,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_output, m)?)?;
     m.add_function(wrap_pyfunction!(agent::set_span_hooks, m)?)?;
     m.add_function(wrap_pyfunction!(agent::set_ends_at_ending, m)?)?;
+    m.add_function(wrap_pyfunction!(span_hooks::span_field_indices, m)?)?;
     Ok(())
 }
 

@@ -11,6 +11,8 @@
 use std::borrow::Cow;
 
 use pyo3::intern;
+
+use super::instance_attrs::Field;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
 
@@ -40,16 +42,31 @@ impl Hex16 {
     }
 }
 
-/// A span attribute: the SDK's private field, else the public property.
-pub(crate) fn field<'py>(
-    span: &Bound<'py, PyAny>,
-    private: &Bound<'py, PyString>,
-    public: &Bound<'py, PyString>,
-) -> PyResult<Bound<'py, PyAny>> {
-    match span.getattr_opt(private)? {
-        Some(v) => Ok(v),
-        None => span.getattr(public),
+/// The SDK span's fields the hooks read (`instance_attrs.rs`): the private attribute, else
+/// the public property, so a different span class still works, only slower.
+pub(crate) static CONTEXT: Field = Field::new("_context", "context");
+pub(crate) static PARENT: Field = Field::new("_parent", "parent");
+pub(crate) static NAME: Field = Field::new("_name", "name");
+pub(crate) static START_TIME: Field = Field::new("_start_time", "start_time");
+pub(crate) static END_TIME: Field = Field::new("_end_time", "end_time");
+pub(crate) static ATTRIBUTES: Field = Field::new("_attributes", "attributes");
+
+/// For the specs: each field's index in the inline values of the span class last seen, or
+/// `None` where it is read with `getattr` (CPython before 3.11, or a class not recognised).
+#[pyfunction]
+pub(crate) fn span_field_indices(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    for f in [
+        &CONTEXT,
+        &PARENT,
+        &NAME,
+        &START_TIME,
+        &END_TIME,
+        &ATTRIBUTES,
+    ] {
+        d.set_item(f.name(), f.learned_index())?;
     }
+    Ok(d)
 }
 
 /// An `int` as a `u64`: a span id, or a time in nanoseconds. pyo3's `u64` extraction calls
@@ -76,14 +93,10 @@ pub(crate) fn u64_of(v: &Bound<'_, PyAny>) -> PyResult<u64> {
     v.extract()
 }
 
-/// A span's start or end time in Unix nanoseconds ([`field`]), 0 if it is not set or not an
+/// A span's start or end time in Unix nanoseconds ([`START_TIME`] or [`END_TIME`]), 0 if it is not set or not an
 /// integer.
-pub(crate) fn time_ns(
-    span: &Bound<'_, PyAny>,
-    private: &Bound<'_, PyString>,
-    public: &Bound<'_, PyString>,
-) -> PyResult<u64> {
-    Ok(u64_of(&field(span, private, public)?).unwrap_or(0))
+pub(crate) fn time_ns(span: &Bound<'_, PyAny>, field: &Field) -> PyResult<u64> {
+    Ok(u64_of(&field.of(span)?).unwrap_or(0))
 }
 
 /// The fields of an OpenTelemetry `SpanContext`, unconverted.
@@ -212,7 +225,7 @@ impl<'py> Attributes<'py> {
     /// The attributes of `span`, or `None` if it has none.
     pub(crate) fn of(span: &Bound<'py, PyAny>) -> PyResult<Option<Self>> {
         let py = span.py();
-        let attrs = field(span, intern!(py, "_attributes"), intern!(py, "attributes"))?;
+        let attrs = ATTRIBUTES.of(span)?;
         if attrs.is_none() {
             return Ok(None);
         }

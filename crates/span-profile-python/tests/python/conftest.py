@@ -68,3 +68,11 @@ def by_span(samples):
 
 def hex16(span_id):
     return format(span_id, "016x")
+
+
+def records_of(agent, span):
+    """The span's records in the windows the agent wrote, oldest first."""
+    from pprof_reader import read_all
+
+    sid = hex16(span.context.span_id)
+    return [r for p in read_all(agent.output) for r in p.meta["spans"] if r["span_id"] == sid]

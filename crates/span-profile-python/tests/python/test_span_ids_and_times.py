@@ -6,8 +6,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 import span_profile
 from span_profile import _hooks
-from conftest import busy, hex16
-from pprof_reader import read_all
+from conftest import busy, hex16, records_of
 
 
 class SpanId(int):
@@ -24,12 +23,6 @@ class EdgeIds(RandomIdGenerator):
 
     def generate_span_id(self):
         return next(self.next)
-
-
-def records_of(agent, span):
-    """The span's records in the windows written, oldest first."""
-    sid = hex16(span.context.span_id)
-    return [r for p in read_all(agent.output) for r in p.meta["spans"] if r["span_id"] == sid]
 
 
 def edge_work():
