@@ -54,10 +54,17 @@ const SPLIT_KEYS: u8 = 2;
 const MAX_KEYS: isize = 64;
 
 /// Picks the layout for the running interpreter (the one the extension was built for,
-/// ADR 0012). Called once, at import.
+/// ADR 0012). Called once, at import. A free-threaded build is not one of them: its objects
+/// can change under a reader that holds no GIL.
 pub(crate) fn init(py: Python<'_>) {
     let v = py.version_info();
+    let free_threaded = py
+        .import("sysconfig")
+        .and_then(|m| m.call_method1("get_config_var", ("Py_GIL_DISABLED",)))
+        .and_then(|flag| flag.is_truthy())
+        .unwrap_or(true);
     let layout = match (v.major, v.minor) {
+        _ if free_threaded => Layout::Unknown,
         (3, 11) => Layout::Py311,
         (3, 12) => Layout::Py312,
         (3, 13) => Layout::Py313,
