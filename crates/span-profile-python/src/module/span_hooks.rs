@@ -6,7 +6,9 @@
 //! (`_context`, `_parent`, `_name`, `_start_time`, `_end_time`, `_attributes`) behind Python
 //! properties. Reading the attributes directly saves a Python call per property, which is most
 //! of the hook's cost; every read falls back to the public property when the attribute is not
-//! there, so a different span class still works, only slower.
+//! there, so a different span class still works, only slower. On CPython 3.11–3.13 the
+//! attributes are read from the span's inline values rather than by `getattr`
+//! (`instance_attrs.rs`, ADR 0018).
 
 use std::borrow::Cow;
 
