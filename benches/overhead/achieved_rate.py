@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The sample rate span_profile and py-spy actually achieve at 100 Hz, on each variant of
-../shared/bench/workload.py, alternating the two (A B A B). Prints one JSON line a run.
+"""The sample rate span_profile and its peers actually achieve at 100 Hz, on each variant of
+../shared/bench/workload.py, alternating the arms (A B C D A B C D). Prints one JSON line a run.
 
   span_profile  workload.py --agent span_profile under runstats.py, the budget off
                 (SPAN_PROFILE_OVERHEAD_BUDGET=0); ticks from stats()
@@ -10,13 +10,24 @@
                 that are not running, so its sample count is not a tick count); so this arm
                 does more work than compare.py's py-spy arm.
 
-Both are counted over the process's wall time, start-up included, so both read a little under
+  pyroscope     workload.py --agent pyroscope (pyroscope-io with its defaults: oncpu, gil_only)
+                pushing to a capture server (tests/python/pyroscope_capture.py); ticks are the
+                samples it pushed: its `cpu` value over the sampling period. It samples only the
+                thread holding the GIL, and only when it is on CPU, so this counts the ticks that
+                found one: every tick, on a process that is always busy, as all three variants
+                are in their main thread or workers; a lower bound otherwise.
+  ddtrace       `import ddtrace.profiling.auto` (its defaults: adaptive sampling, 1% target), the
+                profile written locally with DD_PROFILING_OUTPUT_PPROF; ticks are the
+                `sampling_event_count` its exporter writes beside the profile.
+
+All are counted over the process's wall time, start-up included, so all read a little under
 their rate.
 
     python benches/overhead/achieved_rate.py --python target/venvs/bench-3.12/bin/python \\
-        --variants threads asyncio idle64 --runs 2 --duration 6
+        --variants threads asyncio idle64 --arms span_profile py-spy pyroscope ddtrace --runs 2 --duration 6
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -26,6 +37,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PY_TESTS = os.path.join(HERE, "..", "..", "crates", "span-profile-python", "tests", "python")
 
 
 def span_profile_ticks(args, variant):
@@ -68,6 +80,66 @@ def py_spy_ticks(args, variant):
         return main_thread_samples(raw), wall
 
 
+def pushed_samples(capture_dir, period_ns):
+    """Samples in every PushRequest the capture server kept, whose `cpu` values are
+    nanoseconds, one period a sample."""
+    sys.path.insert(0, PY_TESTS)
+    from pprof_reader import captured_push_profiles, parse_profile
+
+    ns = sum(s.values.get("cpu", 0) for raw in captured_push_profiles(capture_dir)
+             for s in parse_profile(raw).samples)
+    return round(ns / period_ns)
+
+
+def pyroscope_ticks(args, variant):
+    port = 4047
+    with tempfile.TemporaryDirectory() as d:
+        server = subprocess.Popen([args.python, os.path.join(PY_TESTS, "pyroscope_capture.py"), str(port), d],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.5)
+            cmd = [args.python, os.path.join(args.bench, "workload.py"), "--variant", variant,
+                   "--agent", "pyroscope", "--pyroscope-url", "http://127.0.0.1:%d" % port,
+                   "--duration", str(args.duration), "--rate", "100"]
+            t0 = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, text=True, check=True)
+            wall = time.perf_counter() - t0
+            # The last push is sent at exit; give the server a moment to write it.
+            time.sleep(0.5)
+            return pushed_samples(d, 10_000_000), wall
+        finally:
+            server.terminate()
+            server.wait()
+
+
+def ddtrace_ticks(args, variant):
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, DD_TRACE_ENABLED="false", DD_PROFILING_ENABLED="true",
+                   DD_INSTRUMENTATION_TELEMETRY_ENABLED="false",
+                   DD_PROFILING_OUTPUT_PPROF=os.path.join(d, "prof"),
+                   # Nothing listens there: the profile is only written locally.
+                   DD_TRACE_AGENT_URL="http://127.0.0.1:9")
+        runner = ("import sys, runpy, ddtrace.profiling.auto; sys.argv = sys.argv[1:]; "
+                  "runpy.run_path(sys.argv[0], run_name='__main__')")
+        cmd = [args.python, "-c", runner, os.path.join(args.bench, "workload.py"), "--variant", variant,
+               "--agent", "none", "--duration", str(args.duration), "--rate", "100"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+        wall = time.perf_counter() - t0
+        metas = glob.glob(os.path.join(d, "prof.*.internal_metadata.json"))
+        if not metas:
+            raise SystemExit("ddtrace wrote no profile metadata under %s (DD_PROFILING_OUTPUT_PPROF)" % d)
+        ticks = 0
+        for m in metas:
+            with open(m) as f:
+                ticks += json.load(f)["sampling_event_count"]
+        return ticks, wall
+
+
+ARMS = {"span_profile": span_profile_ticks, "py-spy": py_spy_ticks, "pyroscope": pyroscope_ticks,
+        "ddtrace": ddtrace_ticks}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default="/work/shared/bench")
@@ -75,11 +147,12 @@ def main():
     ap.add_argument("--variants", nargs="+", default=["threads", "asyncio", "idle64"])
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--duration", type=float, default=6.0)
+    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=["span_profile", "py-spy"])
     args = ap.parse_args()
     for variant in args.variants:
         for i in range(args.runs):
-            for arm, ticks_of in (("span_profile", span_profile_ticks), ("py-spy --idle", py_spy_ticks)):
-                ticks, wall = ticks_of(args, variant)
+            for arm in args.arms:
+                ticks, wall = ARMS[arm](args, variant)
                 print(json.dumps({"variant": variant, "arm": arm, "run": i, "ticks": ticks,
                                   "wall_s": round(wall, 2), "ticks_per_s": round(ticks / wall, 1),
                                   "load1": round(os.getloadavg()[0], 2)}), flush=True)

@@ -19,7 +19,6 @@ start and untags it on end; samples are read back from what it pushed to the cap
 """
 import argparse
 import asyncio
-import base64
 import glob
 import json
 import os
@@ -124,35 +123,16 @@ def pyroscope_rows(capture_dir):
     """Samples of every push the capture server kept: connect-protocol PushRequests (gzip),
     whose series hold raw pprof profiles with per-sample labels (`span_id` from
     pyroscope-otel's thread tags)."""
-    import gzip
-
     sys.path.insert(0, HERE)
-    from pprof_reader import _fields, read_profile
+    from pprof_reader import captured_push_profiles, parse_profile
 
     rows = []
-    tmp = tempfile.mkdtemp()
-    for k, p in enumerate(sorted(glob.glob(os.path.join(capture_dir, "*.json")))):
-        with open(p) as f:
-            body = base64.b64decode(json.load(f)["body"])
-        if body[:2] == b"\x1f\x8b":
-            body = gzip.decompress(body)
-        for field, _, series in _fields(body):
-            if field != 1:
-                continue
-            for f2, _, sample in _fields(series):
-                if f2 != 2:
-                    continue
-                for f3, _, raw in _fields(sample):
-                    if f3 != 1:
-                        continue
-                    path = os.path.join(tmp, "%d.pb.gz" % k)
-                    with open(path, "wb") as out:
-                        out.write(raw if raw[:2] == b"\x1f\x8b" else gzip.compress(raw))
-                    for s in read_profile(path).samples:
-                        # Weighted by the profile's first value (cpu ns or samples): shares
-                        # are the same either way.
-                        rows.append(([fn.rsplit(".", 1)[-1] for fn in s.functions], s.labels.get("span_id"),
-                                     next(iter(s.values.values()), 0)))
+    for raw in captured_push_profiles(capture_dir):
+        for s in parse_profile(raw).samples:
+            # Weighted by the profile's first value (cpu ns or samples): shares are the same
+            # either way.
+            rows.append(([fn.rsplit(".", 1)[-1] for fn in s.functions], s.labels.get("span_id"),
+                         next(iter(s.values.values()), 0)))
     return rows
 
 

@@ -156,3 +156,25 @@ def all_samples(output_dir):
 def samples_in(output_dir, function):
     """Samples whose stack contains `function`, each with its count."""
     return [s for s in all_samples(output_dir) if function in s.functions]
+
+
+def captured_push_profiles(capture_dir):
+    """The pprof profiles (bare, not gzipped) in every Pyroscope PushRequest that
+    pyroscope_capture.py kept under `capture_dir`, oldest first: each request's series
+    (field 1), their samples (field 2), each sample's raw profile (field 1), gzip or bare."""
+    import base64
+
+    for p in sorted(glob.glob(os.path.join(str(capture_dir), "*.json"))):
+        with open(p) as f:
+            body = base64.b64decode(json.load(f)["body"])
+        if body[:2] == b"\x1f\x8b":
+            body = gzip.decompress(body)
+        for field, _, series in _fields(body):
+            if field != 1:
+                continue
+            for f2, _, sample in _fields(series):
+                if f2 != 2:
+                    continue
+                for f3, _, raw in _fields(sample):
+                    if f3 == 1:
+                        yield gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
