@@ -98,6 +98,9 @@ def pyroscope_ticks(args, variant):
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(0.5)
+            if server.poll() is not None:
+                raise SystemExit("the capture server could not listen on 127.0.0.1:%d; free the port "
+                                 "(another pyroscope_capture.py?) and run again" % port)
             cmd = [args.python, os.path.join(args.bench, "workload.py"), "--variant", variant,
                    "--agent", "pyroscope", "--pyroscope-url", "http://127.0.0.1:%d" % port,
                    "--duration", str(args.duration), "--rate", "100"]
@@ -106,6 +109,8 @@ def pyroscope_ticks(args, variant):
             wall = time.perf_counter() - t0
             # The last push is sent at exit; give the server a moment to write it.
             time.sleep(0.5)
+            if not glob.glob(os.path.join(d, "*.json")):
+                raise SystemExit("pyroscope-io pushed nothing to 127.0.0.1:%d during the run" % port)
             return pushed_samples(d, 10_000_000), wall
         finally:
             server.terminate()
