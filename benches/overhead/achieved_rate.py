@@ -86,8 +86,14 @@ def pushed_samples(capture_dir, period_ns):
     sys.path.insert(0, PY_TESTS)
     from pprof_reader import captured_push_profiles, parse_profile
 
-    ns = sum(s.values.get("cpu", 0) for raw in captured_push_profiles(capture_dir)
-             for s in parse_profile(raw).samples)
+    ns, types = 0, set()
+    for raw in captured_push_profiles(capture_dir):
+        profile = parse_profile(raw)
+        types.update(profile.sample_types)
+        ns += sum(s.values.get("cpu", 0) for s in profile.samples)
+    if "cpu" not in types:
+        raise SystemExit("pyroscope-io's pushes have no `cpu` sample type (they have %s): "
+                         "this bench cannot count its ticks" % (sorted(types) or "no profile"))
     return round(ns / period_ns)
 
 
@@ -137,7 +143,11 @@ def ddtrace_ticks(args, variant):
         ticks = 0
         for m in metas:
             with open(m) as f:
-                ticks += json.load(f)["sampling_event_count"]
+                meta = json.load(f)
+            if "sampling_event_count" not in meta:
+                raise SystemExit("%s has no sampling_event_count (keys: %s): this ddtrace version "
+                                 "does not report its ticks" % (m, ", ".join(sorted(meta))))
+            ticks += meta["sampling_event_count"]
         return ticks, wall
 
 

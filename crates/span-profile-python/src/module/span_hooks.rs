@@ -13,10 +13,10 @@
 use std::borrow::Cow;
 
 use pyo3::intern;
-
-use super::instance_attrs::Field;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
+
+use super::instance_attrs::Field;
 
 /// `pyroscope.profile.id`.
 pub(crate) const PROFILE_ID_KEY: &str = "pyroscope.profile.id";
@@ -95,8 +95,8 @@ pub(crate) fn u64_of(v: &Bound<'_, PyAny>) -> PyResult<u64> {
     v.extract()
 }
 
-/// A span's start or end time in Unix nanoseconds ([`START_TIME`] or [`END_TIME`]), 0 if it is not set or not an
-/// integer.
+/// A span's start or end time in Unix nanoseconds ([`START_TIME`] or [`END_TIME`]), 0 if it
+/// is not set or not an integer.
 pub(crate) fn time_ns(span: &Bound<'_, PyAny>, field: &Field) -> PyResult<u64> {
     Ok(u64_of(&field.of(span)?).unwrap_or(0))
 }
