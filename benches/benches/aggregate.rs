@@ -53,7 +53,7 @@ fn aggregate(c: &mut Criterion) {
                         thread,
                         task: None,
                     },
-                    true,
+                    10_000_000,
                     10_000_000,
                     1,
                 );
@@ -74,7 +74,7 @@ fn aggregate(c: &mut Criterion) {
                         thread,
                         task: None,
                     },
-                    true,
+                    10_000_000,
                     10_000_000,
                     1,
                 );

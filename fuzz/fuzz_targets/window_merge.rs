@@ -147,7 +147,7 @@ struct AggSample {
     route: u8,
     thread: u8,
     task: Option<u8>,
-    on_cpu: bool,
+    cpu_ms: u8,
     weight: u8,
     /// Close the window after this sample.
     cut: bool,
@@ -213,7 +213,7 @@ fn check_aggregator(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                     thread,
                     task,
                 },
-                s.on_cpu,
+                u64::from(s.cpu_ms) * 1_000_000,
                 interval,
                 u32::from(s.weight),
             );

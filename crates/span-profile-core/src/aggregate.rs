@@ -60,7 +60,6 @@ pub struct Sample {
 /// row buffer is kept from window to window.
 #[derive(Debug, Clone, Copy, Default)]
 struct Counts {
-    cpu_samples: u32,
     wall_samples: u32,
     cpu_ns: u64,
     wall_ns: u64,
@@ -129,7 +128,7 @@ impl Recent {
 /// agg.resolve_frames(&mut |r| Frame::new(format!("f{}", r.id), "a.py", r.line));
 /// let thread = agg.intern_thread_name("main");
 /// for _ in 0..3 {
-///     agg.add(span_profile_core::Sample { stack, span: None, route: LabelValues::BACKGROUND, thread, task: None }, true, 10_000_000, 1);
+///     agg.add(span_profile_core::Sample { stack, span: None, route: LabelValues::BACKGROUND, thread, task: None }, 10_000_000, 10_000_000, 1);
 /// }
 /// let mut spans = span_profile_core::SpanTable::default().drain_window();
 /// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &mut spans);
@@ -266,11 +265,12 @@ impl WindowAggregator {
         self.tasks.intern(name)
     }
 
-    /// Counts one sample standing for `weight` samples of `interval_ns` each.
+    /// Counts one sample standing for `weight` samples of `interval_ns` of wall time each, and
+    /// for `cpu_ns` of CPU time (what its thread used since its previous sample).
     #[inline]
-    pub fn add(&mut self, sample: Sample, on_cpu: bool, interval_ns: u64, weight: u32) {
+    pub fn add(&mut self, sample: Sample, cpu_ns: u64, interval_ns: u64, weight: u32) {
         if let Some(row) = self.row_of(sample, weight) {
-            self.bump(row, on_cpu, interval_ns, weight);
+            self.bump(row, cpu_ns, interval_ns, weight);
         }
     }
 
@@ -289,7 +289,7 @@ impl WindowAggregator {
     /// let mut agg = WindowAggregator::default();
     /// let frames = [RawFrame { id: 1, line: 3 }];
     /// let s = RawSample {
-    ///     key: ExecutionKey::thread(1), frames: &frames, truncated: false, on_cpu: true,
+    ///     key: ExecutionKey::thread(1), frames: &frames, truncated: false, cpu_ns: 10_000_000,
     ///     thread_name: "main", task_name: None, span: None, weight: 1,
     /// };
     /// for _tick in 0..3 {
@@ -310,7 +310,7 @@ impl WindowAggregator {
         if slot >= self.recent.len() {
             if slot > MAX_RECENT {
                 let sample = self.intern_sample(s, span, route);
-                return self.add(sample, s.on_cpu, interval_ns, s.weight);
+                return self.add(sample, s.cpu_ns, interval_ns, s.weight);
             }
             self.recent.resize_with(slot + 1, Recent::default);
         }
@@ -337,7 +337,7 @@ impl WindowAggregator {
                 }
             };
             if let Some(row) = row {
-                self.bump(row, s.on_cpu, interval_ns, s.weight);
+                self.bump(row, s.cpu_ns, interval_ns, s.weight);
             }
             return;
         }
@@ -351,7 +351,7 @@ impl WindowAggregator {
         r.remember(s, sample);
         r.row = row.map(|row| (window, sample, row));
         if let Some(row) = row {
-            self.bump(row, s.on_cpu, interval_ns, s.weight);
+            self.bump(row, s.cpu_ns, interval_ns, s.weight);
         }
     }
 
@@ -387,16 +387,13 @@ impl WindowAggregator {
     }
 
     #[inline]
-    fn bump(&mut self, row: u32, on_cpu: bool, interval_ns: u64, weight: u32) {
+    fn bump(&mut self, row: u32, cpu_ns: u64, interval_ns: u64, weight: u32) {
         let w = weight.max(1);
         let ns = interval_ns.saturating_mul(u64::from(w));
         let counts = &mut self.counts[row as usize].1;
         counts.wall_samples = counts.wall_samples.saturating_add(w);
         counts.wall_ns += ns;
-        if on_cpu {
-            counts.cpu_samples = counts.cpu_samples.saturating_add(w);
-            counts.cpu_ns += ns;
-        }
+        counts.cpu_ns = counts.cpu_ns.saturating_add(cpu_ns);
     }
 
     /// Number of distinct rows in the current window.
@@ -486,13 +483,14 @@ impl WindowAggregator {
                 route,
                 thread_name: self.threads.get_arc(s.thread),
                 task_name: s.task.map(|t| self.tasks.get_arc(t)),
-                cpu_samples: u64::from(c.cpu_samples),
+                cpu_samples: 0,
                 wall_samples: u64::from(c.wall_samples),
                 cpu_ns: c.cpu_ns,
                 wall_ns: c.wall_ns,
             });
         }
         drop(late_routes);
+        apportion_cpu_samples(&mut profile.samples, period_ns);
         let carried = std::mem::take(&mut self.carried_spans);
         let window = (start_unix_ns, start_unix_ns.saturating_add(duration_ns));
         let fresh = Vec::with_capacity(spans.spans.capacity());
@@ -545,6 +543,41 @@ struct KeptSpans {
 /// A span with no sample has nothing to show in a profile; keeping every span would make the
 /// export's cost follow the request rate (thousands of spans a second) instead of what was
 /// sampled.
+/// Sets each row's `cpu_samples`: its CPU time in sampling periods, whole numbers that add up
+/// to the window's CPU time in periods, rounded (largest remainders get the odd periods). The
+/// truth is `cpu_ns`; the counts are for the readers that work in samples (summaries, the
+/// OTLP CPU profile's `samples` value, significance tests), so that a thread that ran 20% of
+/// the time counts 20 of its 100 ticks, not every tick on which it ran at all.
+fn apportion_cpu_samples(samples: &mut [ProfileSample], period_ns: u64) {
+    let period = u128::from(period_ns.max(1));
+    let total: u128 = samples.iter().map(|s| u128::from(s.cpu_ns)).sum();
+    let target = (total + period / 2) / period;
+    let mut given: u128 = 0;
+    let mut remainders: Vec<(u64, usize)> = Vec::new();
+    for (i, s) in samples.iter_mut().enumerate() {
+        let ns = u128::from(s.cpu_ns);
+        s.cpu_samples = (ns / period) as u64;
+        given += ns / period;
+        let r = (ns % period) as u64;
+        if r > 0 {
+            remainders.push((r, i));
+        }
+    }
+    let mut left = target.saturating_sub(given) as usize;
+    if left == 0 {
+        return;
+    }
+    // Largest remainder first; ties by position, so the result does not depend on the sort.
+    remainders.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in &remainders {
+        if left == 0 {
+            break;
+        }
+        samples[i].cpu_samples += 1;
+        left -= 1;
+    }
+}
+
 fn spans_to_keep(
     mut all: Vec<SpanRecord>,
     carried: Vec<SpanRecord>,
@@ -650,16 +683,17 @@ mod tests {
             thread: t,
             task: None,
         };
-        a.add(s, true, 10, u32::MAX - 1);
-        a.add(s, true, 10, 5);
+        a.add(s, 10 * u64::from(u32::MAX - 1), 10, u32::MAX - 1);
+        a.add(s, 50, 10, 5);
         let p = a.finish(
             Resource::default(),
             0,
             1,
-            1,
+            10,
             &mut SpanTable::default().drain_window(),
         );
-        assert_eq!(p.samples[0].cpu_samples, u64::from(u32::MAX));
+        // CPU is counted in nanoseconds (64-bit), so its periods do not saturate.
+        assert_eq!(p.samples[0].cpu_samples, u64::from(u32::MAX) + 4);
         assert_eq!(p.samples[0].wall_samples, u64::from(u32::MAX));
     }
 
@@ -688,7 +722,7 @@ mod tests {
                     thread: t,
                     task: None,
                 },
-                span.is_some(),
+                if span.is_some() { 10 } else { 0 },
                 10,
                 1,
             );
@@ -742,7 +776,7 @@ mod tests {
                 thread,
                 task: None,
             };
-            a.add(sample, true, 10, 1);
+            a.add(sample, 10, 10, 1);
         };
         let kept_ids = |p: &Profile| {
             let mut v: Vec<u64> = p.spans.iter().map(|r| r.span_id.to_u64()).collect();
@@ -813,7 +847,7 @@ mod tests {
                     thread: t,
                     task: None,
                 },
-                true,
+                3,
                 1,
                 3,
             );
@@ -845,7 +879,7 @@ mod tests {
                 thread: t,
                 task: None,
             };
-            a.add(s, true, 1, 1);
+            a.add(s, 1, 1, 1);
         }
         a.resolve_frames(&mut sym);
         let p = a.finish(
@@ -950,7 +984,7 @@ mod tests {
                         key: crate::ExecutionKey::thread(t),
                         frames: &frames,
                         truncated: rnd(7) == 0,
-                        on_cpu: rnd(3) > 0,
+                        cpu_ns: rnd(3) * 7,
                         thread_name: &names[t as usize],
                         task_name: (rnd(4) == 0).then_some(task),
                         span: None,
@@ -966,7 +1000,7 @@ mod tests {
                         thread: slow.intern_thread_name(s.thread_name),
                         task: s.task_name.map(|t| slow.intern_task_name(t)),
                     };
-                    slow.add(sample, s.on_cpu, 10, s.weight);
+                    slow.add(sample, s.cpu_ns, 10, s.weight);
                 }
                 fast.resolve_frames(&mut sym);
                 slow.resolve_frames(&mut sym);

@@ -11,8 +11,10 @@ pub struct RawSample<'a> {
     pub frames: &'a [RawFrame],
     /// The walker stopped at its depth cap.
     pub truncated: bool,
-    /// The thread was running (on CPU) rather than waiting.
-    pub on_cpu: bool,
+    /// CPU time this sample stands for, in nanoseconds: what its thread used since the
+    /// thread's previous sample (0 for a thread that only waited). It is not multiplied by
+    /// `weight`: a thread sampled less often has used more since its last sample.
+    pub cpu_ns: u64,
     /// Thread name, as the runtime knows it.
     pub thread_name: &'a str,
     /// Task name for a task sample.
@@ -89,7 +91,7 @@ pub trait StackSink {
 ///             key: ExecutionKey::thread(1),
 ///             frames: &frames,
 ///             truncated: false,
-///             on_cpu: true,
+///             cpu_ns: 10_000_000,
 ///             thread_name: "main",
 ///             task_name: None,
 ///             span: None,

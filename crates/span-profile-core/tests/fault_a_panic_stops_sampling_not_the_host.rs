@@ -32,7 +32,7 @@ impl StackWalker for PanicsAt {
             key: ExecutionKey::thread(1),
             frames: &[RawFrame { id: 1, line: 1 }],
             truncated: false,
-            on_cpu: true,
+            cpu_ns: 10_000_000,
             thread_name: "main",
             task_name: None,
             span: None,

@@ -40,7 +40,7 @@ impl StackWalker for Faulty {
                 key: ExecutionKey::thread(1),
                 frames,
                 truncated,
-                on_cpu: true,
+                cpu_ns: 10_000_000,
                 thread_name: name,
                 task_name: None,
                 span: None,

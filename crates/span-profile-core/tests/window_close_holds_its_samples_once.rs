@@ -53,7 +53,7 @@ fn the_close_of_a_busy_window_holds_its_samples_once() {
             thread,
             task: None,
         };
-        agg.add(sample, true, 10_000_000, 1);
+        agg.add(sample, 10_000_000, 10_000_000, 1);
         table.end(span_id, i + 1, None);
         table.end(root, i + 2, None);
     }

@@ -10,7 +10,8 @@
 //! 3. Finds its slot from the value (index + generation) and checks that the slot is active,
 //!    of that generation, and owned by the calling thread (`gettid`).
 //! 4. For a wall signal, takes the ticks it waited through (weight), and reads the thread's
-//!    CPU clock (`clock_gettime`) to tell running from waiting.
+//!    CPU clock (`clock_gettime`): the CPU time the thread used since its previous wall
+//!    sample, and whether it ran (a CPU-timer signal stands for one period of CPU per expiration).
 //! 5. Unwinds by frame pointers from the interrupted context, reading only words inside
 //!    `[sp, stack top)` of this thread, straight into the ring entry.
 //! 6. Reads the thread's current span from the registry (`ActiveSpanRegistry::current`: a
@@ -28,8 +29,7 @@ use libc::{c_int, siginfo_t};
 use span_profile_core::ExecutionKey;
 
 use crate::table::{
-    decode, Entry, Slot, Table, ACTIVE, F_HAS_SPAN, F_ON_CPU, F_SPAN_READ, F_TRUNCATED, MAX_DEPTH,
-    RING,
+    decode, Entry, Slot, Table, ACTIVE, F_HAS_SPAN, F_SPAN_READ, F_TRUNCATED, MAX_DEPTH, RING,
 };
 
 /// `si_code` of a POSIX timer expiry.
@@ -160,8 +160,9 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
         return;
     }
     let wall = head.code == SI_QUEUE;
-    let mut flags = F_ON_CPU;
     let weight: u32;
+    // The CPU time the sample stands for (ADR 0019).
+    let cpu_ns: u64;
     if wall {
         // Ticks this signal waited through (the walker sends no other while it is pending):
         // the sample stands for them too. The walker adds and we take with read-modify-writes
@@ -179,15 +180,17 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
             .wall_period_ns
             .load(Ordering::Relaxed)
             .saturating_mul(u64::from(weight));
-        let running = cpu.saturating_sub(before).saturating_mul(2) >= period;
-        if running && table.cpu_period_ns.load(Ordering::Relaxed) > 0 {
+        let used = cpu.saturating_sub(before);
+        let running = used.saturating_mul(2) >= period;
+        let cpu_timer = table.cpu_period_ns.load(Ordering::Relaxed) > 0;
+        if running && cpu_timer {
             // The CPU timer already samples this thread while it runs.
             table.counters.wall_covered.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if !running {
-            flags = 0;
-        }
+        // With the CPU timer, its samples carry the CPU time; without it, this sample carries
+        // what the thread used since its previous wall sample.
+        cpu_ns = if cpu_timer { 0 } else { used };
     } else {
         // Expirations the kernel merged into this one (the thread ran but the signal was
         // pending); the sample stands for all of them.
@@ -197,9 +200,14 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
             table.counters.capped.fetch_add(capped, Ordering::Relaxed);
         }
         weight = w;
+        // Each expiration is one period of the thread's CPU time.
+        cpu_ns = table
+            .cpu_period_ns
+            .load(Ordering::Relaxed)
+            .saturating_mul(u64::from(weight));
     }
     // SAFETY: `uctx` is the interrupted context from the kernel; `slot` is this thread's.
-    unsafe { push(table, index, slot, uctx, flags, weight) };
+    unsafe { push(table, index, slot, uctx, weight, cpu_ns) };
 }
 
 /// # Safety
@@ -210,9 +218,10 @@ unsafe fn push(
     index: usize,
     slot: &Slot,
     uctx: *mut c_void,
-    mut flags: u32,
     weight: u32,
+    cpu_ns: u64,
 ) {
+    let mut flags = 0;
     let head = slot.head.load(Ordering::Relaxed);
     // Acquire: pairs with the walker's Release store of `tail`, so the walker is done reading
     // the entry we are about to overwrite.
@@ -238,6 +247,7 @@ unsafe fn push(
     }
     entry.len = len as u32;
     entry.weight = weight;
+    entry.cpu_ns = cpu_ns;
     // The registry pointer is borrowed from the attached walker's `Arc`. SeqCst on `readers`
     // and `registry` (here and in detach): either detach sees our increment and waits for
     // the decrement, or we see its null.

@@ -35,8 +35,7 @@ pub(crate) const ACTIVE: u32 = 2;
 /// Deregistered while a walker is attached: the walker drains what is left, then frees it.
 pub(crate) const RETIRING: u32 = 3;
 
-/// Entry flags.
-pub(crate) const F_ON_CPU: u32 = 1;
+/// Entry flags (bit 1 was "on CPU", replaced by [`Entry::cpu_ns`]).
 pub(crate) const F_TRUNCATED: u32 = 2;
 /// The handler read the registry (the span fields are meaningful, possibly "no span").
 pub(crate) const F_SPAN_READ: u32 = 4;
@@ -71,6 +70,8 @@ pub(crate) struct Entry {
     pub(crate) flags: u32,
     pub(crate) weight: u32,
     pub(crate) route: u32,
+    /// CPU time the sample stands for, in nanoseconds.
+    pub(crate) cpu_ns: u64,
     pub(crate) trace_hi: u64,
     pub(crate) trace_lo: u64,
     pub(crate) span: u64,

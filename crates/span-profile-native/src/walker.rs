@@ -13,8 +13,8 @@ use span_profile_core::{
 
 use crate::signal::send_wall;
 use crate::table::{
-    encode, Entry, Table, ACTIVE, F_HAS_SPAN, F_ON_CPU, F_SPAN_READ, F_TRUNCATED, MAX_DEPTH,
-    NAME_LEN, RETIRING,
+    encode, Entry, Table, ACTIVE, F_HAS_SPAN, F_SPAN_READ, F_TRUNCATED, MAX_DEPTH, NAME_LEN,
+    RETIRING,
 };
 use crate::thread::{arm_all, table};
 use crate::SetupError;
@@ -46,8 +46,9 @@ impl NativeWalkerBuilder {
         self
     }
     /// CPU-time samples per second of each thread's CPU time (default 100; 0 turns CPU
-    /// sampling off). Use the profiler's sample rate: the core weighs every sample by its
-    /// tick interval.
+    /// sampling off). Each CPU sample carries `1/cpu_hz` s of CPU time per timer expiration;
+    /// without the CPU timer, each wall sample carries what its thread used since its
+    /// previous one (ADR 0019).
     pub fn with_cpu_hz(mut self, hz: u32) -> Self {
         self.cpu_hz = hz.min(10_000);
         self
@@ -251,7 +252,7 @@ impl StackWalker for NativeWalker {
                         key: ExecutionKey::thread(key),
                         frames: &self.frames,
                         truncated: entry.flags & F_TRUNCATED != 0,
-                        on_cpu: entry.flags & F_ON_CPU != 0,
+                        cpu_ns: entry.cpu_ns,
                         thread_name: name,
                         task_name: None,
                         span: None,

@@ -104,12 +104,12 @@ fn walks_its_own_interpreter() {
         if let Some(i) = names.iter().position(|n| n == "gamma") {
             assert_eq!(&names[i..i + 3], ["gamma", "beta", "alpha"]);
             assert_eq!(names[0], "Condition.wait");
-            assert!(!s.on_cpu, "a parked thread is off CPU");
+            assert!(s.cpu_ns == 0, "a parked thread is off CPU");
             found_parked = true;
         }
         if names.iter().any(|n| n == "burn") {
             assert!(
-                s.on_cpu,
+                s.cpu_ns > 0,
                 "the busy thread is on CPU (thread clock advanced)"
             );
             found_burn = true;

@@ -160,7 +160,7 @@ fn stack_of<'c>(
         .unwrap_or_else(|| panic!("no sample for thread {ident}: {:?}", c.samples));
     assert!(!s.truncated);
     let frames = s.frames.iter().map(|&r| walker.symbolize(r)).collect();
-    (frames, s.name.as_str(), s.on_cpu)
+    (frames, s.name.as_str(), s.cpu_ns > 0)
 }
 
 /// `py-spy dump --json` stacks by thread id, as (name, file, line), leaf first.

@@ -22,7 +22,8 @@ pub struct FakeWalker {
     threads: usize,
     frames: Vec<Vec<RawFrame>>,
     names: Vec<String>,
-    on_cpu: bool,
+    /// CPU time each thread used per walk (a full nominal tick: busy threads).
+    cpu_ns: u64,
     /// Per-thread overrides of the thread key (e.g. to use real thread ids).
     keys: Vec<ExecutionKey>,
     walks: Arc<AtomicU64>,
@@ -49,7 +50,7 @@ impl FakeWalker {
             threads,
             frames,
             names: (0..threads).map(|t| format!("worker-{t}")).collect(),
-            on_cpu: true,
+            cpu_ns: 10_000_000,
             keys: (0..threads)
                 .map(|t| ExecutionKey::thread(t as u64 + 1))
                 .collect(),
@@ -59,7 +60,7 @@ impl FakeWalker {
 
     /// Reports the threads as idle (off CPU).
     pub fn idle(mut self) -> Self {
-        self.on_cpu = false;
+        self.cpu_ns = 0;
         self
     }
 
@@ -84,7 +85,7 @@ impl StackWalker for FakeWalker {
                 key: self.keys[t],
                 frames: &self.frames[t],
                 truncated: false,
-                on_cpu: self.on_cpu,
+                cpu_ns: self.cpu_ns,
                 thread_name: &self.names[t],
                 task_name: None,
                 span: None,

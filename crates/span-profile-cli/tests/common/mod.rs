@@ -112,7 +112,7 @@ impl StackWalker for ScriptWalker {
                 key: ExecutionKey::thread(key),
                 frames: &self.raw[stack],
                 truncated: false,
-                on_cpu: true,
+                cpu_ns: 10_000_000,
                 thread_name: name,
                 task_name: None,
                 span: None,

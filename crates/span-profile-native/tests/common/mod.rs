@@ -21,7 +21,7 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 pub struct Got {
     pub key: ExecutionKey,
     pub frames: Vec<RawFrame>,
-    pub on_cpu: bool,
+    pub cpu_ns: u64,
     pub thread: String,
     pub weight: u32,
     pub truncated: bool,
@@ -38,7 +38,7 @@ impl StackSink for Collect {
         self.samples.push(Got {
             key: s.key,
             frames: s.frames.to_vec(),
-            on_cpu: s.on_cpu,
+            cpu_ns: s.cpu_ns,
             thread: s.thread_name.to_string(),
             weight: s.weight,
             truncated: s.truncated,

@@ -16,7 +16,8 @@
 //! Per tick the walker copies every thread state (a uniform random subset of at most 256 is walked
 //! when there are more, with weights scaled so totals stay unbiased). A thread whose CPU clock has
 //! not moved since its stack was last copied has not run, so its previous stack is reported again
-//! (off CPU) without reading frames. Otherwise, on 3.11+, the live part of the thread's data-stack
+//! (with no CPU time) without reading frames. Each sample's CPU weight is the CPU time its thread
+//! used since its previous sample ([`CpuTimeSource`], ADR 0019). Otherwise, on 3.11+, the live part of the thread's data-stack
 //! chunk is copied in one read and the frames in it are walked from that copy; frames outside it
 //! (generators, coroutines, C-stack shims, 3.9/3.10 frame objects) are read one by one, except that
 //! the ones the thread's previous walk had to read are prefetched together in one batched read. The
@@ -49,6 +50,7 @@
 
 mod code;
 mod context;
+mod cpu;
 mod guarded;
 mod layout;
 mod linetable;
@@ -69,12 +71,13 @@ pub use context::{
     ContextStats, ContextTarget, DictLayout, HamtTypes, OtelTarget, SlotData, SlotVar, TaskNames,
     MAX_CONTEXT_ENTRIES, MAX_TASK_NAMES, OTHER_TASK, SLOT_SIZE, SPAN_MAGIC, TASK_MAGIC,
 };
+pub use cpu::CpuTimeSource;
 pub use guarded::{GuardedReader, ReadMode};
 pub use layout::{LayoutError, PythonVersion};
 pub use memory::{FakeMemory, MemoryReader, ProcessVmReader, ReadError, ReadExt, MAX_READ};
 pub use object_table::{Insert, SpanObjectTable, OBJECT_PROBE};
 pub use objects::TypeAddresses;
-pub use threads::{CpuTimeSource, ThreadRegistry, MAX_REGISTERED_THREADS, MAX_THREAD_NAME};
+pub use threads::{ThreadRegistry, MAX_REGISTERED_THREADS, MAX_THREAD_NAME};
 pub use walk::{
     find_runtime, PythonWalker, SetupError, Target, WalkerConfig, WalkerCounters, WalkerStats,
 };

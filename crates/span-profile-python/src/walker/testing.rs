@@ -339,8 +339,8 @@ pub struct OwnedSample {
     pub frames: Vec<span_profile_core::RawFrame>,
     /// The depth cap cut the stack.
     pub truncated: bool,
-    /// Reported on CPU.
-    pub on_cpu: bool,
+    /// CPU time the sample stands for (its thread's use since its previous sample).
+    pub cpu_ns: u64,
     /// Thread name.
     pub name: String,
 }
@@ -360,7 +360,7 @@ impl span_profile_core::StackSink for Collected {
             thread: s.key.thread,
             frames: s.frames.to_vec(),
             truncated: s.truncated,
-            on_cpu: s.on_cpu,
+            cpu_ns: s.cpu_ns,
             name: s.thread_name.to_owned(),
         });
     }

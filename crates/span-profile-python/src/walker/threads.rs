@@ -1,5 +1,5 @@
-//! Per-thread side data: names (filled by the Python side), native thread ids, and CPU time for
-//! deciding whether a thread was on CPU since the last tick.
+//! Per-thread side data: names (filled by the Python side), native thread ids, and the stacks
+//! of the previous walks.
 
 use crate::walker::context::Resolution;
 use std::collections::HashMap;
@@ -173,22 +173,6 @@ impl std::fmt::Write for NameBuf {
     }
 }
 
-/// Where per-thread CPU time comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CpuTimeSource {
-    /// The thread's CPU clock (`clock_gettime` on the per-thread clock id); only works for
-    /// threads of the calling process (the in-process profiler).
-    ThreadClock,
-    /// `/proc/<pid>/task/<tid>/schedstat` (another process: tests, out-of-process use).
-    ProcFs {
-        /// The target process.
-        pid: u32,
-    },
-    /// Never measure; every sample has `on_cpu = false`.
-    Disabled,
-}
-
 /// Offset of `tid` inside glibc's `struct pthread` on x86_64 (`pthread_t` is its address).
 /// Used only after [`verify_pthread_tid_offset`] confirmed it on the calling thread, and only
 /// through the memory reader, so a wrong guess yields a wrong tid, never a fault.
@@ -216,101 +200,6 @@ pub(crate) fn tid_from_pthread(reader: &dyn MemoryReader, pthread: u64) -> Resul
     match i32::from_le_bytes(b) {
         t if t > 0 => Ok(t as u32),
         _ => Err(ReadError::Invalid),
-    }
-}
-
-/// CPU time of `tid` in nanoseconds, or `None` if the thread is gone or the source refuses.
-pub(crate) fn cpu_time_ns(source: CpuTimeSource, tid: u32) -> Option<u64> {
-    match source {
-        CpuTimeSource::Disabled => None,
-        CpuTimeSource::ThreadClock => {
-            let tid = i32::try_from(tid).ok()?;
-            // Linux per-thread CPU clock id (include/linux/posix-timers.h):
-            // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED) = (~tid << 3) | PERTHREAD(4) | SCHED(2).
-            // The kernel accepts it only for threads of the calling process.
-            let clock: libc::clockid_t = ((!tid) << 3) | 6;
-            let mut ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: (1) `ts` is a valid, exclusively borrowed timespec. (2) An invalid clock
-            // id (the thread exited) is reported as EINVAL, not undefined behaviour.
-            let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-            if rc != 0 {
-                return None;
-            }
-            Some((ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64)
-        }
-        CpuTimeSource::ProcFs { pid } => proc_schedstat_ns(pid, tid),
-    }
-}
-
-/// Reads the first field of `/proc/<pid>/task/<tid>/schedstat` (ns on CPU) without allocating.
-fn proc_schedstat_ns(pid: u32, tid: u32) -> Option<u64> {
-    let mut path = NameBuf::new();
-    write!(path, "/proc/{pid}/task/{tid}/schedstat\0").ok()?;
-    let path = path.as_str();
-    if !path.ends_with('\0') {
-        return None;
-    }
-    // SAFETY: (1) `path` is NUL-terminated (checked above) and lives across the call.
-    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return None;
-    }
-    let mut buf = [0u8; 64];
-    // SAFETY: (1) `buf` is valid for writes of its length. (2) `fd` is the descriptor we just
-    // opened.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    // SAFETY: (1) `fd` is ours and closed exactly once.
-    unsafe { libc::close(fd) };
-    let n = usize::try_from(n).ok()?;
-    let text = buf.get(..n)?;
-    let digits = text.iter().take_while(|b| b.is_ascii_digit());
-    let mut v: u64 = 0;
-    let mut any = false;
-    for d in digits {
-        v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-        any = true;
-    }
-    any.then_some(v)
-}
-
-/// Remembers each thread's CPU time at the previous tick, in two fixed-capacity tables swapped
-/// every tick (no allocation after construction).
-#[derive(Debug)]
-pub(crate) struct CpuTracker {
-    prev: Vec<(u64, u64)>,
-    next: Vec<(u64, u64)>,
-    cap: usize,
-}
-
-impl CpuTracker {
-    pub(crate) fn new(cap: usize) -> Self {
-        Self {
-            prev: Vec::with_capacity(cap),
-            next: Vec::with_capacity(cap),
-            cap,
-        }
-    }
-
-    /// Records `cpu_ns` for `thread_id` and says whether it advanced since the previous tick.
-    /// A thread seen for the first time is reported off CPU.
-    pub(crate) fn observe(&mut self, thread_id: u64, cpu_ns: u64) -> bool {
-        if self.next.len() < self.cap {
-            self.next.push((thread_id, cpu_ns));
-        }
-        match self.prev.binary_search_by_key(&thread_id, |&(t, _)| t) {
-            Ok(i) => self.prev.get(i).is_some_and(|&(_, before)| cpu_ns > before),
-            Err(_) => false,
-        }
-    }
-
-    /// Ends a tick: this tick's observations become the baseline of the next.
-    pub(crate) fn end_tick(&mut self) {
-        std::mem::swap(&mut self.prev, &mut self.next);
-        self.next.clear();
-        self.prev.sort_unstable_by_key(|&(t, _)| t);
     }
 }
 
@@ -525,19 +414,6 @@ mod tests {
     }
 
     #[test]
-    fn cpu_tracker_advances() {
-        let mut t = CpuTracker::new(2);
-        assert!(!t.observe(1, 10));
-        assert!(!t.observe(2, 10));
-        assert!(!t.observe(3, 10)); // over capacity: not remembered
-        t.end_tick();
-        assert!(t.observe(1, 11));
-        assert!(!t.observe(2, 10));
-        assert!(!t.observe(3, 50));
-        t.end_tick();
-    }
-
-    #[test]
     fn stack_cache_reuses_only_unchanged_threads() {
         let f = |id| RawFrame { id, line: 1 };
         let mut c = StackCache::new(2, 4);
@@ -564,6 +440,7 @@ mod tests {
 
     #[test]
     fn own_thread_clock_and_pthread_tid() {
+        use crate::walker::cpu::{cpu_time_ns, CpuTimeSource};
         let reader = ProcessVmReader::new().unwrap();
         assert!(verify_pthread_tid_offset(&reader));
         // SAFETY: (1) pthread_self and gettid have no preconditions.

@@ -10,6 +10,7 @@ use span_profile_core::{
 
 use super::code::{CodeCache, CopyLimits, Resolved, UNKNOWN_CODE_ID};
 use super::context::ContextReader;
+use super::cpu::{cpu_time_ns, monotonic_ns, CpuTimeSource, CpuTracker};
 use super::guarded::{GuardedReader, ReadMode};
 use super::layout::{
     check_debug_offsets, FrameKind, Layout, LayoutError, PythonVersion, CONTEXT_VARS,
@@ -17,8 +18,7 @@ use super::layout::{
 use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ProcessVmReader, ReadError};
 use super::objects::{type_matches, ObjectError, TypeAddresses};
 use super::threads::{
-    cpu_time_ns, tid_from_pthread, verify_pthread_tid_offset, CpuTimeSource, CpuTracker, NameBuf,
-    StackCache, ThreadRegistry, MAX_OUTSIDE,
+    tid_from_pthread, verify_pthread_tid_offset, NameBuf, StackCache, ThreadRegistry, MAX_OUTSIDE,
 };
 
 /// Where the interpreter lives: what the caller must supply.
@@ -470,7 +470,9 @@ impl<R: MemoryReader> PythonWalker<R> {
             cache: CodeCache::new(config.code_cache_capacity),
             registry: ThreadRegistry::new(),
             counters: Arc::new(WalkerCounters::default()),
-            cpu: CpuTracker::new(config.max_threads),
+            // Baselines for more threads than one tick walks: the threads a tick leaves out keep
+            // theirs, and are charged what they used in between on their next sample.
+            cpu: CpuTracker::new(config.max_threads.saturating_mul(4)),
             pthread_tid_ok,
             frames: Vec::with_capacity(config.max_depth),
             name: NameBuf::new(),
@@ -755,7 +757,11 @@ impl<R: MemoryReader> PythonWalker<R> {
         // sees the clock advanced and copies them again rather than reusing a torn copy.
         let tid = self.tid_of(t.thread_id, t.native, registered_native);
         let cpu_ns = tid.and_then(|tid| cpu_time_ns(self.config.cpu_time, tid));
-        let on_cpu = cpu_ns.is_some_and(|ns| self.cpu.observe(t.thread_id, ns));
+        // The CPU time the thread used since its previous sample: this sample's CPU weight.
+        let used_ns = match (tid, cpu_ns) {
+            (Some(tid), Some(ns)) => self.cpu.observe(t.thread_id, tid, ns),
+            _ => 0,
+        };
         if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
             // A thread whose CPU clock has not moved since its stack was copied has not run, so
             // its Python stack is the same: report the copy without reading frames. Nor has it
@@ -775,7 +781,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                     key: ExecutionKey::thread(t.thread_id),
                     frames: &e.frames,
                     truncated: e.truncated,
-                    on_cpu: false,
+                    cpu_ns: 0,
                     thread_name: self.name.as_str(),
                     task_name: None,
                     span: None,
@@ -840,7 +846,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             key: ExecutionKey::thread(t.thread_id),
             frames: &self.frames,
             truncated,
-            on_cpu,
+            cpu_ns: used_ns,
             thread_name: self.name.as_str(),
             task_name: None,
             span: None,
@@ -1135,8 +1141,8 @@ impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
         }
         self.tick = self.tick.wrapping_add(1);
         self.cache.tick = self.tick;
+        self.cpu.begin_tick(monotonic_ns());
         self.walk_all(sink);
-        self.cpu.end_tick();
     }
 
     fn symbolize(&mut self, raw: RawFrame) -> Frame {

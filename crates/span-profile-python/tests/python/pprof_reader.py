@@ -77,8 +77,10 @@ class Sample:
 
 
 class Profile:
-    def __init__(self, path, samples, meta, sample_types, strings):
+    def __init__(self, path, samples, meta, sample_types, strings, time_nanos=0, duration_nanos=0):
         self.path = path
+        self.time_nanos = time_nanos  # the window's start, Unix ns
+        self.duration_nanos = duration_nanos
         self.samples = samples
         self.meta = meta  # the span-profile.meta JSON comment (resource, stats, spans), or {}
         self.sample_types = sample_types
@@ -93,8 +95,13 @@ def read_profile(path):
 def parse_profile(data, path=None):
     """A bare (not gzipped) pprof profile."""
     strings, raw_samples, locations, functions, types, comments = [], [], {}, {}, [], []
+    time_nanos = duration_nanos = 0
     for field, wire, v in _fields(data):
-        if field == 6:
+        if field == 9:
+            time_nanos = v
+        elif field == 10:
+            duration_nanos = v
+        elif field == 6:
             strings.append(v.decode("utf-8"))
         elif field == 2:
             raw_samples.append(v)
@@ -138,7 +145,7 @@ def parse_profile(data, path=None):
         s = strings[c]
         if s.startswith(META_PREFIX):
             meta = json.loads(s[len(META_PREFIX):])
-    return Profile(path, samples, meta, type_names, strings)
+    return Profile(path, samples, meta, type_names, strings, time_nanos, duration_nanos)
 
 
 def files(output_dir):

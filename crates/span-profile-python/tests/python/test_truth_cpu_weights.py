@@ -1,0 +1,186 @@
+"""The `cpu` value of a profile is the CPU time threads really used (ADR 0019).
+
+Ground truth is what each thread measures of itself with `time.thread_time()`. Every thread
+runs its own uniquely named function, so the `cpu` the profile gives a thread is the sum over
+the samples whose stack holds that function. The threads run duty cycles (busy for a share of
+every 20 ms, asleep for the rest), and two more threads hash in C with the GIL released, so
+there are more runnable threads than the machine's cores.
+"""
+import hashlib
+import os
+import threading
+import time
+
+import pytest
+
+import span_profile
+from conftest import named_function
+from pprof_reader import all_samples, read_all
+
+RUN_S = 6.0
+PERIOD_S = 0.02
+#: Duty cycles of the Python threads, in percent.
+DUTIES = (100, 50, 20, 5)
+
+
+def _duty_thread(duty, stop, results):
+    fn = named_function("duty_%d" % duty)
+    busy = PERIOD_S * duty / 100.0
+    start = time.thread_time()
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        fn(busy)
+        rest = PERIOD_S - (time.perf_counter() - t0)
+        if rest > 0:
+            time.sleep(rest)
+    results["duty_%d" % duty] = time.thread_time() - start
+
+
+def _sleeper(stop, results):
+    ns = {"stop": stop}
+    exec("def only_sleeps():\n    while not stop.wait(0.5):\n        pass\n", ns)
+    start = time.thread_time()
+    ns["only_sleeps"]()
+    results["only_sleeps"] = time.thread_time() - start
+
+
+def _hasher(i, stop, results):
+    """Burns CPU in C with the GIL released (hashlib does for buffers over 2 KiB)."""
+    data = os.urandom(1 << 20)
+    ns = {"stop": stop, "hashlib": hashlib, "data": data}
+    exec("def hashes_%d():\n    while not stop.is_set():\n        hashlib.sha256(data).digest()\n" % i, ns)
+    start = time.thread_time()
+    ns["hashes_%d" % i]()
+    results["hashes_%d" % i] = time.thread_time() - start
+
+
+def run_workload(seconds=RUN_S, idle_threads=0):
+    """Runs the duty-cycle threads, the sleeper and two hashers for `seconds`; returns each
+    function's CPU time as its thread measured it."""
+    stop, results = threading.Event(), {}
+    parked = threading.Event()
+    idle = [threading.Thread(target=parked.wait, name="idle-%d" % i) for i in range(idle_threads)]
+    for t in idle:
+        t.start()
+    threads = [threading.Thread(target=_duty_thread, args=(d, stop, results), name="duty-%d" % d) for d in DUTIES]
+    threads.append(threading.Thread(target=_sleeper, args=(stop, results), name="sleeper"))
+    threads += [threading.Thread(target=_hasher, args=(i, stop, results), name="hasher-%d" % i) for i in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    parked.set()
+    for t in idle:
+        t.join()
+    return results
+
+
+#: The thread each measured function runs on.
+THREAD_OF = {"duty_%d" % d: "duty-%d" % d for d in DUTIES}
+THREAD_OF.update({"only_sleeps": "sleeper", "hashes_0": "hasher-0", "hashes_1": "hasher-1"})
+
+
+def profiled_cpu_s(output, function):
+    """The `cpu` of the samples of the thread that ran `function`. (Per thread, not per frame:
+    the CPU an interval held goes to the stack seen at its end, so a thread that burns, then
+    sleeps, gives part of its burn to its sleep; ADR 0019.)"""
+    thread = THREAD_OF[function]
+    return sum(s.values.get("cpu", 0) for s in all_samples(output) if s.labels.get("thread_name") == thread) / 1e9
+
+
+def assert_cpu_matches(output, measured, tolerance=0.10):
+    rows = []
+    for function, used in sorted(measured.items()):
+        rows.append((function, used, profiled_cpu_s(output, function)))
+    table = "\n".join("%-12s measured %.3f s  profile %.3f s" % r for r in rows)
+    print(table)
+    for function, used, profiled in rows:
+        if function == "only_sleeps":
+            # A thread that only waits: at most 0.05 s of CPU a minute.
+            assert profiled <= max(0.05 * RUN_S / 60, 1.5 * used), table
+            continue
+        assert used > 0.1, "the workload did not run: " + table
+        assert abs(profiled - used) <= tolerance * used, table
+
+
+def start(output, **kw):
+    kw.setdefault("sample_rate_hz", 100)
+    kw.setdefault("overhead_budget", 0)
+    return span_profile.start(service="tests", output=output, window_s=1, **kw)
+
+
+def test_each_threads_cpu_is_what_the_thread_measured_at_every_duty_cycle(output):
+    agent = start(output)
+    measured = run_workload()
+    agent.stop()
+    assert_cpu_matches(output, measured)
+
+
+def test_a_window_never_holds_more_cpu_than_the_process_used_in_it(output):
+    marks = []
+    done = threading.Event()
+
+    def clock():
+        while not done.is_set():
+            marks.append((time.time_ns(), time.process_time_ns()))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=clock, name="clock")
+    watcher.start()
+    agent = start(output)
+    run_workload(seconds=4.0)
+    agent.stop()
+    done.set()
+    watcher.join()
+    windows = [p for p in read_all(output) if p.samples]
+    assert len(windows) >= 3
+    checked = 0
+    for p in windows:
+        begin, length = p.time_nanos, p.duration_nanos
+        # The process's CPU from a mark at or before the window's first tick (one 10 ms tick
+        # may reach back past its start) to one at or after its end.
+        before = [m for m in marks if m[0] <= begin - 10_000_000]
+        after = [m for m in marks if m[0] >= begin + length]
+        if not before or not after:
+            continue
+        used = after[0][1] - before[-1][1]
+        total = sum(s.values.get("cpu", 0) for s in p.samples)
+        assert total <= used, (p.path, total, used)
+        checked += 1
+    assert checked >= 2
+
+
+def test_cpu_stays_true_when_the_budget_lowers_the_rate(output):
+    # A budget below what 100 Hz costs makes the sampler slow down: each sample then stands for
+    # a longer interval, and carries what its thread used in it. (What a thread uses after its
+    # last sample, up to one interval, is never seen: the budget is set so that this end
+    # effect stays well inside the tolerance.)
+    agent = start(output, overhead_budget=0.002)
+    measured = run_workload()
+    stats = agent.stats()
+    agent.stop()
+    print("ticks", stats["ticks"])
+    assert stats["ticks"] < 0.8 * 100 * RUN_S, stats
+    assert_cpu_matches(output, measured)
+
+
+def test_cpu_stays_true_when_the_thread_cap_leaves_threads_out(output):
+    # 300 parked threads: more than the 256 a tick walks, so every tick leaves some threads
+    # out, the busy ones included; a thread left out is charged on its next sample.
+    agent = start(output)
+    measured = run_workload(idle_threads=300)
+    stats = agent.stats()
+    agent.stop()
+    assert stats["walker_skipped_threads"] > 0, stats
+    assert_cpu_matches(output, measured)
+
+
+def test_wall_still_counts_every_sampled_thread_blocked_or_not(output):
+    agent = start(output)
+    run_workload(seconds=3.0)
+    agent.stop()
+    wall = sum(s.values.get("wall", 0) for s in all_samples(output) if "only_sleeps" in s.functions) / 1e9
+    # The sleeper is sampled on every tick it exists: wall is about the run's length.
+    assert wall == pytest.approx(3.0, rel=0.25)
