@@ -20,11 +20,12 @@ pub struct ProfileSample {
     pub thread_name: Arc<str>,
     /// Name of the sampled task, for samples of a task (low-cardinality: default names folded).
     pub task_name: Option<Arc<str>>,
-    /// Number of samples taken on CPU.
+    /// CPU time in sampling periods: `cpu_ns / period_ns`, whole numbers the window's rows
+    /// share by largest remainders (ADR 0019).
     pub cpu_samples: u64,
     /// Number of samples taken, on or off CPU.
     pub wall_samples: u64,
-    /// CPU time these samples stand for, in nanoseconds.
+    /// CPU time these samples stand for, in nanoseconds: what their threads used (ADR 0019).
     pub cpu_ns: u64,
     /// Wall time these samples stand for, in nanoseconds.
     pub wall_ns: u64,

@@ -111,7 +111,7 @@ pub fn encode_pprof_raw(profile: &Profile) -> Vec<u8> {
 pub(crate) enum ValueSet {
     /// The file store's four sample types ([`SAMPLE_TYPES`]), every sample.
     All,
-    /// `samples/count` and `cpu/nanoseconds` (a Go CPU profile's types), samples on CPU only.
+    /// `samples/count` and `cpu/nanoseconds` (a Go CPU profile's types), rows with CPU time only.
     Cpu,
     /// `samples/count` and `wall/nanoseconds`, every sample.
     Wall,

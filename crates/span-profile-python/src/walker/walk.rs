@@ -131,7 +131,7 @@ pub struct WalkerConfig {
     pub max_linetable_bytes: usize,
     /// Most distinct code objects remembered; later ones are reported as `<unknown>`.
     pub code_cache_capacity: usize,
-    /// How on-CPU is decided.
+    /// Where each thread's CPU time is read from (each sample's CPU weight, ADR 0019).
     pub cpu_time: CpuTimeSource,
 }
 
