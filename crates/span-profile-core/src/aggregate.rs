@@ -698,6 +698,42 @@ mod tests {
     }
 
     #[test]
+    fn cpu_samples_are_the_windows_cpu_in_periods_shared_by_largest_remainders() {
+        let mut a = WindowAggregator::default();
+        let t = a.intern_thread_name("w");
+        // Three rows at a 10 ms period: 4 ms, 4 ms and 17 ms of CPU (25 ms: 2.5 periods,
+        // rounded to 3). Each gets its whole periods (0, 0, 1); the odd ones go to the
+        // largest remainders: 17 ms (7 ms over) first, then the first 4 ms row.
+        for (id, cpu_ms) in [(1, 4), (2, 4), (3, 17)] {
+            let st = a.intern_stack(&[RawFrame { id, line: 1 }], false);
+            let s = Sample {
+                stack: st,
+                span: None,
+                route: LabelValues::BACKGROUND,
+                thread: t,
+                task: None,
+            };
+            a.add(s, cpu_ms * 1_000_000, 10_000_000, 1);
+        }
+        let p = a.finish(
+            Resource::default(),
+            0,
+            1,
+            10_000_000,
+            &mut SpanTable::default().drain_window(),
+        );
+        let mut by_cpu: Vec<(u64, u64)> = p
+            .samples
+            .iter()
+            .map(|s| (s.cpu_ns, s.cpu_samples))
+            .collect();
+        by_cpu.sort_unstable();
+        assert_eq!(by_cpu.iter().map(|r| r.1).sum::<u64>(), 3);
+        assert_eq!(by_cpu[2], (17_000_000, 2));
+        assert_eq!(by_cpu[0].1 + by_cpu[1].1, 1);
+    }
+
+    #[test]
     fn identical_samples_are_merged_and_distinct_spans_are_not() {
         let mut a = WindowAggregator::default();
         let raw = [RawFrame { id: 1, line: 1 }];
