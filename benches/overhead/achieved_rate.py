@@ -157,7 +157,7 @@ ARMS = {"span_profile": span_profile_ticks, "py-spy": py_spy_ticks, "pyroscope":
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bench", default="/work/shared/bench")
+    ap.add_argument("--bench", default=os.path.join(HERE, "..", "..", "..", "shared", "bench"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--variants", nargs="+", default=["threads", "asyncio", "idle64"])
     ap.add_argument("--runs", type=int, default=2)

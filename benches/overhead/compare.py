@@ -2,7 +2,7 @@
 """Runs ../shared/bench/workload.py under each profiler arm, alternating the arms (A B C ... A B C),
 and prints one JSON line per run plus a summary table (median and min-max per arm and variant).
 
-    python benches/overhead/compare.py --bench /work/shared/bench --python target/venvs/bench-3.12/bin/python \
+    python benches/overhead/compare.py --bench ../shared/bench --python target/venvs/bench-3.12/bin/python \
         --variants threads asyncio idle64 --arms none span_profile py-spy pyroscope ddtrace --runs 5 --duration 6
 
 Arms:
@@ -98,7 +98,7 @@ def run(args, variant, arm):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bench", default="/work/shared/bench")
+    ap.add_argument("--bench", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "bench"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--variants", nargs="+", default=["threads", "asyncio", "idle64"])
     ap.add_argument("--arms", nargs="+", default=["none", "span_profile", "py-spy", "pyroscope", "ddtrace"])

@@ -12,7 +12,7 @@
 //! same runner; its CPU is read from `/proc/<pid>/stat` until it exits.
 //!
 //! Throughput comes from the workload's output when it prints a JSON line with `rps` or
-//! `throughput` (`/work/shared/bench/workload.py` does), or a `throughput: N` line; otherwise
+//! `throughput` (`../shared/bench/workload.py` does), or a `throughput: N` line; otherwise
 //! it is runs per second of wall time (1 / wall). When the workload reports `agent_cpu_pct`
 //! (CPU of threads it did not start), that figure is used for in-process peers.
 
