@@ -259,10 +259,17 @@ fn check_aggregator(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             let period = u128::from(interval);
             let cpu_ns: u128 = w.samples.iter().map(|s| u128::from(s.cpu_ns)).sum();
             let counted: u128 = w.samples.iter().map(|s| u128::from(s.cpu_samples)).sum();
-            assert_eq!(counted, (cpu_ns + period / 2) / period, "{what}: cpu_samples total");
+            assert_eq!(
+                counted,
+                (cpu_ns + period / 2) / period,
+                "{what}: cpu_samples total"
+            );
             for s in &w.samples {
                 let (ns, n) = (u128::from(s.cpu_ns), u128::from(s.cpu_samples));
-                assert!(n == ns / period || n == ns.div_ceil(period), "{what}: row cpu_samples");
+                assert!(
+                    n == ns / period || n == ns.div_ceil(period),
+                    "{what}: row cpu_samples"
+                );
             }
         }
     }
