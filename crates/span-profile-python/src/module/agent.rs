@@ -428,6 +428,7 @@ impl NativeAgent {
             python_version.1,
             target.map(|t| (t, span_objects.table())),
             read_mode,
+            walker::own_package_dir(py),
         );
         // Nothing enters spans here: the sampler reads OpenTelemetry's own context, and spans
         // resolve through the span-object table (ADR 0011). The registry only answers the

@@ -688,6 +688,11 @@ pub(crate) struct ContextReader {
     /// That context's `ctx_vars` (its HAMT), read in the same syscall when the context was
     /// the one last seen on the thread ([`NOT_READ`] otherwise).
     before_vars: u64,
+    /// The span and task found by a full lookup before the frames were copied
+    /// ([`ContextReader::look_before`]); the lookup after the copy must find the same.
+    before_found: Option<(Option<ActiveSpan>, Option<u32>)>,
+    /// Set while [`ContextReader::look_before`] looks up: its misses are not counted twice.
+    quiet: bool,
     /// The context last seen on each thread state, direct-mapped: lets [`ContextReader::before`]
     /// read `tstate->context` and that context's `ctx_vars` in one batched read.
     last_ctx: Box<[(u64, u64); CTX_CACHE]>,
@@ -717,6 +722,8 @@ impl ContextReader {
             task_id: None,
             before: NOT_READ,
             before_vars: NOT_READ,
+            before_found: None,
+            quiet: false,
             last_ctx: Box::new([(0, 0); CTX_CACHE]),
         }
     }
@@ -783,6 +790,41 @@ impl ContextReader {
     pub(crate) fn forget_before(&mut self) {
         self.before = NOT_READ;
         self.before_vars = NOT_READ;
+        self.before_found = None;
+    }
+
+    /// Looks the thread's span and task up in full, before its frame pointer is read and its
+    /// frames are copied; hand the result to [`ContextReader::expect_after`]. Addresses alone
+    /// cannot prove that the context did not change during the copy: a span's exit frees the
+    /// variables' HAMT and the next entry may get the same address (ADR 0020). A span is
+    /// current on a thread over one stretch of time, so finding the same span before the
+    /// frame pointer was read and after the frames were copied proves it was current
+    /// throughout.
+    pub(crate) fn look_before(
+        &mut self,
+        reader: &dyn MemoryReader,
+        tstate: u64,
+    ) -> Option<(Option<ActiveSpan>, Option<u32>)> {
+        let (Some(off), Some(target)) = (self.tstate_context, self.target) else {
+            return None;
+        };
+        let t = &target.types;
+        if t.bitmap == 0 || t.array == 0 || t.collision == 0 {
+            return None;
+        }
+        let saved = (self.before, self.before_vars);
+        (self.before, self.before_vars) = (NOT_READ, NOT_READ);
+        self.quiet = true;
+        let found = self.lookup(reader, tstate, off, &target);
+        self.quiet = false;
+        (self.before, self.before_vars) = saved;
+        found.ok()
+    }
+
+    /// The lookup after the copy must find what [`ContextReader::look_before`] found, or the
+    /// sample is dropped as switched.
+    pub(crate) fn expect_after(&mut self, found: Option<(Option<ActiveSpan>, Option<u32>)>) {
+        self.before_found = found;
     }
 
     /// The span and task of the context entered on the thread state at `tstate`. Never
@@ -799,7 +841,12 @@ impl ContextReader {
             return ContextSpan::Unknown;
         }
         bump(&self.counters.lookups);
+        let before = self.before_found.take();
         match self.lookup(reader, tstate, off, &target) {
+            Ok(found) if before.is_some_and(|b| b != found) => {
+                bump(&self.counters.switched);
+                ContextSpan::Switched
+            }
             Ok((span, task)) => {
                 match span {
                     Some(_) => bump(&self.counters.spans),
@@ -812,6 +859,12 @@ impl ContextReader {
                 ContextSpan::Known(span)
             }
             Err(ContextError::Switched) => {
+                bump(&self.counters.switched);
+                ContextSpan::Switched
+            }
+            // Read whole before the copy and torn after it: changed while it was read (a
+            // HAMT freed under the reader) rather than never readable.
+            Err(_) if before.is_some() => {
                 bump(&self.counters.switched);
                 ContextSpan::Switched
             }
@@ -879,7 +932,7 @@ impl ContextReader {
                     otel_span_object(reader, self.dict_layout, &target.otel, context)?
                 {
                     span = self.span_objects.as_ref().and_then(|t| t.get(obj));
-                    if span.is_none() {
+                    if span.is_none() && !self.quiet {
                         bump(&self.counters.untracked);
                     }
                 }

@@ -19,7 +19,9 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-use super::memory::{scatter_one_by_one, MemoryReader, ProcessVmReader, ReadError, MAX_READ};
+use super::memory::{
+    scatter_one_by_one, vectored_one_by_one, MemoryReader, ProcessVmReader, ReadError, MAX_READ,
+};
 
 /// How a [`GuardedReader`] copies memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +133,14 @@ impl MemoryReader for GuardedReader {
             scatter_one_by_one(self, addrs, len, out, ok);
         } else {
             self.vm.read_scatter(addrs, len, out, ok);
+        }
+    }
+
+    fn read_vectored(&self, reqs: &[(u64, usize)], out: &mut [u8], ok: &mut [bool]) {
+        if self.direct.get() {
+            vectored_one_by_one(self, reqs, out, ok);
+        } else {
+            self.vm.read_vectored(reqs, out, ok);
         }
     }
 

@@ -102,6 +102,9 @@ pub(crate) struct Layout {
     pub(crate) code_linetable: usize,
     /// `co_code_adaptive`: where the bytecode starts inside the code object (3.11+).
     pub(crate) code_code_adaptive: Option<usize>,
+    /// `co_version` (u32, 3.12+): a number unique to each code object, from a counter the
+    /// interpreter increments per code object created (it stops at 0 if it ever wraps).
+    pub(crate) code_version: Option<usize>,
     pub(crate) linetable_kind: LineTableKind,
     // PyASCIIObject / PyCompactUnicodeObject / PyUnicodeObject (cpython/unicodeobject.h)
     pub(crate) unicode_length: usize,
@@ -169,6 +172,7 @@ pub(crate) const PY39: Layout = Layout {
     code_qualname: None,
     code_linetable: 120, // PyCodeObject.co_lnotab
     code_code_adaptive: None,
+    code_version: None,
     linetable_kind: LineTableKind::Lnotab,
     unicode_length: UNICODE_39_311.0,
     unicode_state: UNICODE_39_311.1,
@@ -219,6 +223,7 @@ pub(crate) const PY311: Layout = Layout {
     code_qualname: Some(128),
     code_linetable: 136,           // PyCodeObject.co_linetable
     code_code_adaptive: Some(184), // PyCodeObject.co_code_adaptive
+    code_version: None,
     linetable_kind: LineTableKind::Locations311,
     unicode_length: UNICODE_39_311.0,
     unicode_state: UNICODE_39_311.1,
@@ -242,6 +247,7 @@ pub(crate) const PY312: Layout = Layout {
     owner_cstack: Some(3),              // FRAME_OWNED_BY_CSTACK
     code_firstlineno: 68,               // PyCodeObject.co_firstlineno
     code_code_adaptive: Some(192),      // PyCodeObject.co_code_adaptive
+    code_version: Some(92),             // PyCodeObject.co_version (3.13 too)
     unicode_length: UNICODE_312.0,
     unicode_state: UNICODE_312.1,
     unicode_ascii_size: UNICODE_312.2,
@@ -305,6 +311,7 @@ impl Layout {
             self.code_name,
             self.code_qualname.unwrap_or(0),
             self.code_linetable,
+            self.code_version.unwrap_or(0),
         ]
         .into_iter()
         .max()

@@ -79,6 +79,14 @@ pub trait MemoryReader {
         scatter_one_by_one(self, addrs, len, out, ok);
     }
 
+    /// Reads each of `reqs` (an address and a length) into consecutive ranges of `out` (request
+    /// `i` starts where request `i - 1` ends) and sets `ok[i]` to whether it succeeded.
+    /// Requests that do not fit in `out` or `ok` are not read. Readers that can batch override
+    /// this.
+    fn read_vectored(&self, reqs: &[(u64, usize)], out: &mut [u8], ok: &mut [bool]) {
+        vectored_one_by_one(self, reqs, out, ok);
+    }
+
     /// Called by the walker before each tick's reads; a reader that decides once per tick how
     /// to read (see `GuardedReader`) decides here. Returns true if this tick's reads are
     /// in-process copies rather than system calls (false by default).
@@ -107,6 +115,24 @@ pub(crate) fn scatter_one_by_one<R: MemoryReader + ?Sized>(
     }
 }
 
+/// [`MemoryReader::read_vectored`] as one `read` per request.
+pub(crate) fn vectored_one_by_one<R: MemoryReader + ?Sized>(
+    reader: &R,
+    reqs: &[(u64, usize)],
+    out: &mut [u8],
+    ok: &mut [bool],
+) {
+    let mut at = 0usize;
+    for (&(addr, len), flag) in reqs.iter().zip(ok.iter_mut()) {
+        let Some(slot) = at.checked_add(len).and_then(|end| out.get_mut(at..end)) else {
+            *flag = false;
+            continue;
+        };
+        *flag = reader.read(addr, slot).is_ok();
+        at += len;
+    }
+}
+
 impl<R: MemoryReader + ?Sized> MemoryReader for &R {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
         (**self).read(addr, buf)
@@ -122,6 +148,9 @@ impl<R: MemoryReader + ?Sized> MemoryReader for &R {
     }
     fn read_scatter(&self, addrs: &[u64], len: usize, out: &mut [u8], ok: &mut [bool]) {
         (**self).read_scatter(addrs, len, out, ok)
+    }
+    fn read_vectored(&self, reqs: &[(u64, usize)], out: &mut [u8], ok: &mut [bool]) {
+        (**self).read_vectored(reqs, out, ok)
     }
     fn begin_tick(&self) -> bool {
         (**self).begin_tick()
@@ -187,6 +216,11 @@ pub(crate) fn field_i32(buf: &[u8], off: usize) -> i32 {
     buf.get(off..off + 4)
         .and_then(|s| <[u8; 4]>::try_from(s).ok())
         .map_or(0, i32::from_le_bytes)
+}
+
+/// See [`field_u64`].
+pub(crate) fn field_u32(buf: &[u8], off: usize) -> u32 {
+    field_i32(buf, off) as u32
 }
 
 /// See [`field_u64`].
@@ -402,6 +436,90 @@ impl MemoryReader for ProcessVmReader {
             }
         }
     }
+
+    fn read_vectored(&self, reqs: &[(u64, usize)], out: &mut [u8], ok: &mut [bool]) {
+        let n = reqs.len().min(ok.len());
+        let empty = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let (mut start, mut at) = (0usize, 0usize);
+        while start < n {
+            let mut local = [empty; SCATTER_BATCH];
+            let mut remote = [empty; SCATTER_BATCH];
+            let mut count = 0usize;
+            let mut end_at = at;
+            let mut rest = out.get_mut(at..).unwrap_or_default();
+            for (&(addr, len), (l, r)) in reqs[start..n]
+                .iter()
+                .take(SCATTER_BATCH)
+                .zip(local.iter_mut().zip(remote.iter_mut()))
+            {
+                if len > MAX_READ || len > rest.len() {
+                    break;
+                }
+                let (slot, tail) = std::mem::take(&mut rest).split_at_mut(len);
+                rest = tail;
+                *l = libc::iovec {
+                    iov_base: slot.as_mut_ptr().cast(),
+                    iov_len: len,
+                };
+                *r = libc::iovec {
+                    iov_base: addr as usize as *mut libc::c_void,
+                    iov_len: len,
+                };
+                count += 1;
+                end_at += len;
+            }
+            if count == 0 {
+                // The next request does not fit: it and the rest are not read.
+                for f in ok.get_mut(start..n).unwrap_or_default() {
+                    *f = false;
+                }
+                return;
+            }
+            // SAFETY: (1) The first `count` local iovecs describe distinct, consecutive ranges
+            // of `out` (split off one after another), exclusively borrowed for the call;
+            // `count <= SCATTER_BATCH`, the arrays' length. (2) Remote iovecs are only
+            // addresses for the kernel to copy from; unmapped ranges end the transfer (a short
+            // count or EFAULT), never a fault here.
+            let got = unsafe {
+                libc::process_vm_readv(
+                    self.pid,
+                    local.as_ptr(),
+                    count as libc::c_ulong,
+                    remote.as_ptr(),
+                    count as libc::c_ulong,
+                    0,
+                )
+            };
+            // Whole requests before the first fault are good; the faulting one is retried
+            // alone (it may be only partly unmapped) and the batch resumes after it.
+            let mut got = usize::try_from(got).unwrap_or(0);
+            let mut done = 0usize;
+            while done < count {
+                let len = reqs[start + done].1;
+                if got < len {
+                    break;
+                }
+                got -= len;
+                ok[start + done] = true;
+                at += len;
+                done += 1;
+            }
+            start += done;
+            if done < count {
+                let len = reqs[start].1;
+                ok[start] = match out.get_mut(at..at + len) {
+                    Some(slot) => self.read(reqs[start].0, slot).is_ok(),
+                    None => false,
+                };
+                at += len;
+                start += 1;
+            }
+            debug_assert!(at <= end_at);
+        }
+    }
 }
 
 /// A sparse, in-memory address space for tests and fuzzing: regions of bytes at addresses.
@@ -514,6 +632,40 @@ mod tests {
                 assert_eq!(&out[i * 8..i * 8 + 8], &out2[i * 8..i * 8 + 8]);
             }
         }
+    }
+
+    #[test]
+    fn vectored_reads_batch_and_isolate_faults() {
+        let r = ProcessVmReader::new().expect("process_vm_readv allowed in tests");
+        let v: Vec<u8> = (0..=255u8).cycle().take(64 * 1024).collect();
+        let base = v.as_ptr() as u64;
+        // 100 reads of varied lengths (two batches), unmapped ones among them.
+        let mut reqs: Vec<(u64, usize)> = (0..100u64)
+            .map(|i| (base + 7 * i, 1 + (i as usize * 13) % 300))
+            .collect();
+        reqs[3].0 = 16;
+        reqs[63].0 = 0;
+        reqs[99].0 = 24;
+        let total: usize = reqs.iter().map(|r| r.1).sum();
+        let (mut out, mut ok) = (vec![0u8; total], vec![false; 100]);
+        r.read_vectored(&reqs, &mut out, &mut ok);
+        let (mut out2, mut ok2) = (vec![0u8; total], vec![false; 100]);
+        vectored_one_by_one(&r, &reqs, &mut out2, &mut ok2);
+        let mut at = 0;
+        for (i, &(addr, len)) in reqs.iter().enumerate() {
+            let bad = matches!(i, 3 | 63 | 99);
+            assert_eq!((ok[i], ok2[i]), (!bad, !bad), "read {i}");
+            if !bad {
+                let from = (addr - base) as usize;
+                assert_eq!(&out[at..at + len], &v[from..from + len], "read {i}");
+            }
+            at += len;
+        }
+        // Requests beyond the buffer are not read.
+        let mut small = vec![0u8; 10];
+        let mut ok3 = vec![true; 2];
+        r.read_vectored(&[(base, 8), (base, 8)], &mut small, &mut ok3);
+        assert_eq!(ok3, vec![true, false]);
     }
 
     #[test]

@@ -46,17 +46,22 @@ pub(crate) fn type_matches(expected: u64, obj_header: &[u8]) -> bool {
     expected == 0 || field_u64(obj_header, OB_TYPE) == expected
 }
 
-/// Copies the `str` at `addr`, keeping at most `max_chars` characters (longer strings are cut
-/// and end in `…`).
-pub(crate) fn read_str(
+/// The fixed part of a `str` object, validated: what both a copy and a print start from.
+struct StrHead {
+    length: i64,
+    kind: u8,
+    compact: bool,
+    ascii: bool,
+}
+
+/// Reads and validates the fixed part every `str` has (compact non-ASCII and legacy strings
+/// have more after it, read only when needed: a small object may end right after it).
+fn str_head(
     reader: &dyn MemoryReader,
     layout: &Layout,
     types: &TypeAddresses,
     addr: u64,
-    max_chars: usize,
-) -> Result<String, ObjectError> {
-    // The fixed part every str has; compact non-ASCII and legacy strings have more after it,
-    // read only when needed (a small object may end right after it).
+) -> Result<StrHead, ObjectError> {
     let mut head = [0u8; 64];
     let head = head
         .get_mut(..layout.unicode_ascii_size)
@@ -81,6 +86,29 @@ pub(crate) fn read_str(
     if !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
         return Err(ObjectError::Invalid);
     }
+    Ok(StrHead {
+        length,
+        kind,
+        compact,
+        ascii,
+    })
+}
+
+/// Copies the `str` at `addr`, keeping at most `max_chars` characters (longer strings are cut
+/// and end in `…`).
+pub(crate) fn read_str(
+    reader: &dyn MemoryReader,
+    layout: &Layout,
+    types: &TypeAddresses,
+    addr: u64,
+    max_chars: usize,
+) -> Result<String, ObjectError> {
+    let StrHead {
+        length,
+        kind,
+        compact,
+        ascii,
+    } = str_head(reader, layout, types, addr)?;
     let data = if compact && ascii {
         addr.wrapping_add(layout.unicode_ascii_size as u64)
     } else if compact {
@@ -141,6 +169,129 @@ pub(crate) fn read_bytes(
     let mut out = vec![0u8; len].into_boxed_slice();
     reader.read(addr.wrapping_add(BYTES_SVAL as u64), &mut out)?;
     Ok(out)
+}
+
+/// Most bytes of an object's content a print keeps: a longer string or line table is compared
+/// on its first `MAX_PRINT` bytes (and its length) only.
+pub(crate) const MAX_PRINT: usize = 4096;
+
+/// What identifies the content of a `str` or `bytes` object: its bytes as copied, but for the
+/// fields that change while the object lives (reference count, cached hash, `str`'s interned
+/// bits and cached UTF-8 or wide copies), which are zeroed. An address that still holds an
+/// object with this print holds the same characters or bytes, whatever object it now is
+/// (ADR 0020): that is what a cached name or line table is checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ObjectPrint {
+    bytes: Box<[u8]>,
+    /// Zeroed: `0..8` and this range; and, for a `str`, the state byte at `.1` keeps only its
+    /// kind, compact and ascii bits.
+    volatile: (u16, u16),
+    state_at: Option<u16>,
+}
+
+/// The `str` state bits a print keeps (`interned` changes when a string is interned later).
+const STR_STATE_KEPT: u8 =
+    (UNICODE_KIND_MASK << UNICODE_KIND_SHIFT) | UNICODE_COMPACT_BIT | UNICODE_ASCII_BIT;
+
+impl ObjectPrint {
+    /// How many bytes to read at the object's address to check it.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn normalize(bytes: &mut [u8], volatile: (u16, u16), state_at: Option<u16>) {
+        let state = state_at.and_then(|at| bytes.get(usize::from(at)).copied());
+        for b in bytes.iter_mut().take(8) {
+            *b = 0;
+        }
+        let (from, to) = (usize::from(volatile.0), usize::from(volatile.1));
+        for b in bytes.get_mut(from..to).unwrap_or_default() {
+            *b = 0;
+        }
+        if let (Some(at), Some(state)) = (state_at, state) {
+            if let Some(b) = bytes.get_mut(usize::from(at)) {
+                *b = state & STR_STATE_KEPT;
+            }
+        }
+    }
+
+    /// Whether `fresh` (`self.len()` bytes just read at the object's address) is an object
+    /// with the same content. Zeroes the volatile fields of `fresh`.
+    pub(crate) fn matches(&self, fresh: &mut [u8]) -> bool {
+        if fresh.len() != self.bytes.len() {
+            return false;
+        }
+        Self::normalize(fresh, self.volatile, self.state_at);
+        *fresh == *self.bytes
+    }
+}
+
+/// The print of the `str` at `addr`, on its first `max_chars` characters (at most
+/// [`MAX_PRINT`] bytes of them). A legacy (non-compact) string is printed on its header only.
+pub(crate) fn str_print(
+    reader: &dyn MemoryReader,
+    layout: &Layout,
+    types: &TypeAddresses,
+    addr: u64,
+    max_chars: usize,
+) -> Result<ObjectPrint, ObjectError> {
+    let StrHead {
+        length,
+        kind,
+        compact,
+        ascii,
+    } = str_head(reader, layout, types, addr)?;
+    let kind = usize::from(kind);
+    let data = match (compact, ascii) {
+        (true, true) => layout.unicode_ascii_size,
+        (true, false) => layout.unicode_compact_size,
+        (false, _) => layout.unicode_ascii_size,
+    };
+    let content = if compact {
+        (length as usize)
+            .min(max_chars)
+            .saturating_mul(kind)
+            .min(MAX_PRINT)
+    } else {
+        0
+    };
+    let mut bytes = vec![0u8; data + content].into_boxed_slice();
+    reader.read(addr, &mut bytes)?;
+    let volatile = (
+        u16::try_from(layout.unicode_length + 8).map_err(|_| ObjectError::Invalid)?,
+        u16::try_from(data).map_err(|_| ObjectError::Invalid)?,
+    );
+    let state_at = Some(u16::try_from(layout.unicode_state).map_err(|_| ObjectError::Invalid)?);
+    ObjectPrint::normalize(&mut bytes, volatile, state_at);
+    Ok(ObjectPrint {
+        bytes,
+        volatile,
+        state_at,
+    })
+}
+
+/// The print of the `bytes` object at `addr`, on its first [`MAX_PRINT`] bytes.
+pub(crate) fn bytes_print(
+    reader: &dyn MemoryReader,
+    types: &TypeAddresses,
+    addr: u64,
+) -> Result<ObjectPrint, ObjectError> {
+    let mut head = [0u8; BYTES_SVAL];
+    reader.read(addr, &mut head)?;
+    if !type_matches(types.bytes, &head) {
+        return Err(ObjectError::WrongType);
+    }
+    let len = usize::try_from(field_i64(&head, BYTES_SIZE)).map_err(|_| ObjectError::Invalid)?;
+    let mut bytes = vec![0u8; BYTES_SVAL + len.min(MAX_PRINT)].into_boxed_slice();
+    reader.read(addr, &mut bytes)?;
+    // `ob_shash`, the cached hash (-1 until first hashed).
+    let volatile = (BYTES_SIZE as u16 + 8, BYTES_SVAL as u16);
+    ObjectPrint::normalize(&mut bytes, volatile, None);
+    Ok(ObjectPrint {
+        bytes,
+        volatile,
+        state_at: None,
+    })
 }
 
 #[cfg(test)]

@@ -48,6 +48,8 @@ pub struct ImageBuilder {
     interp: u64,
     /// Thread states in list order (head first).
     threads: Vec<u64>,
+    /// The last `co_version` given (3.12+).
+    code_versions: u32,
 }
 
 fn put(buf: &mut [u8], off: usize, v: u64) {
@@ -102,6 +104,7 @@ impl ImageBuilder {
             runtime: 0,
             interp: 0,
             threads: Vec::new(),
+            code_versions: 0,
         };
         let interp_size = layout.interp_next.max(layout.interp_threads_head) + 8;
         b.interp = b.alloc(vec![0; interp_size]);
@@ -210,6 +213,11 @@ impl ImageBuilder {
         }
         put(&mut buf, l.code_filename, file);
         put(&mut buf, l.code_linetable, table);
+        if let Some(o) = l.code_version {
+            // As CPython numbers code objects: each one its own version.
+            self.code_versions += 1;
+            put_i32(&mut buf, o, self.code_versions as i32);
+        }
         self.alloc(buf)
     }
 
@@ -312,6 +320,37 @@ impl ImageBuilder {
     /// Where `co_name` (3.9/3.10) or `co_qualname` (3.11+) of `code` is.
     pub fn code_name_addr(&self, code: u64) -> u64 {
         code + self.layout.code_qualname.unwrap_or(self.layout.code_name) as u64
+    }
+
+    /// Where `co_version` of `code` is (3.12+).
+    pub fn code_version_addr(&self, code: u64) -> Option<u64> {
+        self.layout.code_version.map(|o| code + o as u64)
+    }
+
+    /// Where the characters of the compact ASCII str at `s` start.
+    pub fn str_data_addr(&self, s: u64) -> u64 {
+        s + self.layout.unicode_ascii_size as u64
+    }
+
+    /// Where the cached hash and the state byte of the str at `s` are.
+    pub fn str_hash_and_state_addr(&self, s: u64) -> (u64, u64) {
+        (
+            s + self.layout.unicode_length as u64 + 8,
+            s + self.layout.unicode_state as u64,
+        )
+    }
+
+    /// The address of `code`'s name (qualified name on 3.11+) and line table.
+    pub fn code_name_and_table(&self, code: u64) -> (u64, u64) {
+        let field = |at: u64| {
+            let mut b = [0u8; 8];
+            super::memory::MemoryReader::read(&self.mem, at, &mut b).expect("a field of code");
+            u64::from_le_bytes(b)
+        };
+        (
+            field(self.code_name_addr(code)),
+            field(code + self.layout.code_linetable as u64),
+        )
     }
 
     /// Where `length` of the str at `s` is.

@@ -8,7 +8,7 @@ use span_profile_core::{
     ExecutionKey, Frame, RawFrame, RawSample, StackSink, StackWalker, WalkError,
 };
 
-use super::code::{CodeCache, CopyLimits, Resolved, UNKNOWN_CODE_ID};
+use super::code::{CodeCache, CopyLimits, HeaderCheck, Resolved, UNKNOWN_CODE_ID};
 use super::context::ContextReader;
 use super::cpu::{cpu_time_ns, monotonic_ns, CpuTimeSource, CpuTracker};
 use super::guarded::{GuardedReader, ReadMode};
@@ -133,6 +133,9 @@ pub struct WalkerConfig {
     pub code_cache_capacity: usize,
     /// Where each thread's CPU time is read from (each sample's CPU weight, ADR 0019).
     pub cpu_time: CpuTimeSource,
+    /// Frames of code whose file name starts with this are left out of every stack: the
+    /// agent sets it to its own package's directory, so no frame of ours shows (ADR 0020).
+    pub hidden_file_prefix: Option<&'static str>,
 }
 
 impl Default for WalkerConfig {
@@ -145,6 +148,7 @@ impl Default for WalkerConfig {
             max_linetable_bytes: 256 * 1024,
             code_cache_capacity: 64 * 1024,
             cpu_time: CpuTimeSource::ThreadClock,
+            hidden_file_prefix: None,
         }
     }
 }
@@ -173,6 +177,11 @@ impl WalkerConfig {
     /// Sets [`WalkerConfig::cpu_time`].
     pub fn with_cpu_time(mut self, source: CpuTimeSource) -> Self {
         self.cpu_time = source;
+        self
+    }
+    /// Sets [`WalkerConfig::hidden_file_prefix`].
+    pub fn with_hidden_file_prefix(mut self, prefix: &'static str) -> Self {
+        self.hidden_file_prefix = Some(prefix);
         self
     }
 }
@@ -280,6 +289,8 @@ const MAX_LISTED: usize = 8192;
 const MAX_SKIPPED_COUNTED: usize = 1024;
 /// Largest struct copy (frame, code header).
 const BUF: usize = 256;
+/// Bytes set aside up front for the content comparisons of one stack (it grows if needed).
+const COMPARE_BUF: usize = 16 * 1024;
 /// Largest thread-state copy (3.11's data-stack fields end at 312).
 const TSTATE_BUF: usize = 512;
 
@@ -384,6 +395,12 @@ pub struct PythonWalker<R> {
     code_addrs: Vec<u64>,
     code_bufs: Vec<u8>,
     code_ok: Vec<bool>,
+    /// Entries whose content is compared this walk, the reads that compare them (three per
+    /// entry), the bytes read and the reads' results (one batched read).
+    compare: Vec<u32>,
+    compare_reads: Vec<(u64, usize)>,
+    compare_buf: Vec<u8>,
+    compare_ok: Vec<bool>,
     /// The copy of the walked thread's live data stack.
     stack_buf: Vec<u8>,
     stacks: StackCache,
@@ -467,7 +484,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             reader,
             layout,
             target,
-            cache: CodeCache::new(config.code_cache_capacity),
+            cache: CodeCache::new(config.code_cache_capacity, config.hidden_file_prefix),
             registry: ThreadRegistry::new(),
             counters: Arc::new(WalkerCounters::default()),
             // Baselines for more threads than one tick walks: the threads a tick leaves out keep
@@ -491,6 +508,10 @@ impl<R: MemoryReader> PythonWalker<R> {
                     .saturating_mul(layout.code_read_size().min(BUF))
             ],
             code_ok: vec![false; config.max_depth],
+            compare: Vec::with_capacity(config.max_depth),
+            compare_reads: Vec::with_capacity(3 * config.max_depth),
+            compare_buf: Vec::with_capacity(COMPARE_BUF),
+            compare_ok: vec![false; 3 * config.max_depth],
             stack_buf: if layout.tstate_datastack.is_some() {
                 vec![0; STACK_COPY]
             } else {
@@ -706,6 +727,13 @@ impl<R: MemoryReader> PythonWalker<R> {
     /// context read at the same instant as the frame pointer the copy starts from, so a
     /// span entered or left in between drops the sample instead of mislabelling it.
     fn refresh_before_walk(&mut self, t: &mut ThreadRef) {
+        let found = self.ctx.look_before(&self.reader, t.tstate);
+        self.refresh_pointers(t);
+        self.ctx.expect_after(found);
+    }
+
+    /// [`Self::refresh_before_walk`] but for the full lookup before it.
+    fn refresh_pointers(&mut self, t: &mut ThreadRef) {
         let l = self.layout;
         let Some(ctx_off) = self.ctx.context_offset() else {
             self.ctx.forget_before();
@@ -1008,17 +1036,20 @@ impl<R: MemoryReader> PythonWalker<R> {
         Ok(())
     }
 
-    /// Reads the code headers of `self.slots` in one batched read and resolves each into
-    /// `self.frames`.
+    /// Reads the code headers of `self.slots` in one batched read, proves the cached entries
+    /// they match (comparing content where the header cannot tell, in one more batched read),
+    /// copies the others, and pushes each frame into `self.frames`.
+    ///
+    /// Every header is read on every tick: a code object can be freed and another allocated at
+    /// its address between two ticks, with its name, file and line table at their old
+    /// addresses too (ADR 0020).
     fn resolve_slots(&mut self) -> Result<(), ThreadFailure> {
         let l = self.layout;
         let csize = l.code_read_size().min(BUF);
-        let n = self.slots.len();
-        // Headers of code objects checked within the last few ticks are not read again; the
-        // others are read together in one batched read.
+        // Direct recursion repeats an address: it is read once.
         self.code_addrs.clear();
         for s in &self.slots {
-            if self.cache.recent(s.code).is_none() {
+            if self.code_addrs.last() != Some(&s.code) && self.cache.current(s.code).is_none() {
                 self.code_addrs.push(s.code);
             }
         }
@@ -1028,47 +1059,46 @@ impl<R: MemoryReader> PythonWalker<R> {
             &mut self.code_bufs,
             &mut self.code_ok,
         );
+        self.prove_cached(csize);
         let limits = CopyLimits {
             max_string_chars: self.config.max_string_chars,
             max_linetable_bytes: self.config.max_linetable_bytes,
         };
         let mut next_read = 0usize;
-        for i in 0..n {
+        for i in 0..self.slots.len() {
             let Some(&slot) = self.slots.get(i) else {
                 return Err(ThreadFailure::Invalid);
             };
-            if let Some(idx) = self.cache.recent(slot.code) {
-                if self.code_addrs.get(next_read) != Some(&slot.code) {
-                    let line = match slot.line {
-                        Some(line) => line,
-                        None => self.cache.line(idx, l.linetable_kind, slot.lasti),
-                    };
-                    self.frames.push(RawFrame {
-                        id: u64::from(idx),
-                        line,
-                    });
-                    continue;
+            let read = (self.code_addrs.get(next_read) == Some(&slot.code)).then(|| {
+                next_read += 1;
+                next_read - 1
+            });
+            let resolved = match (self.cache.current(slot.code), read) {
+                (Some(idx), _) => Ok(Resolved::Entry(idx)),
+                (None, Some(j)) => {
+                    if self.code_ok.get(j) != Some(&true) {
+                        return Err(ThreadFailure::Invalid);
+                    }
+                    let header = self
+                        .code_bufs
+                        .get(j * csize..(j + 1) * csize)
+                        .ok_or(ThreadFailure::Invalid)?;
+                    let r = self.cache.resolve(
+                        &self.reader,
+                        l,
+                        &self.target.types,
+                        limits,
+                        slot.code,
+                        header,
+                    );
+                    self.flush_cache_events();
+                    r
                 }
-            }
-            let j = next_read;
-            next_read += 1;
-            if self.code_ok.get(j) != Some(&true) {
-                return Err(ThreadFailure::Invalid);
-            }
-            let header = self
-                .code_bufs
-                .get(j * csize..(j + 1) * csize)
-                .ok_or(ThreadFailure::Invalid)?;
-            let resolved = self.cache.resolve(
-                &self.reader,
-                l,
-                &self.target.types,
-                limits,
-                slot.code,
-                header,
-            );
-            self.flush_cache_events();
+                // A repeat of an address whose copy found the cache full.
+                (None, None) => Ok(Resolved::Full),
+            };
             let raw = match resolved {
+                Ok(Resolved::Entry(idx)) if self.cache.is_hidden(idx) => None,
                 Ok(Resolved::Entry(idx)) => {
                     let line = match slot.line {
                         Some(line) => line,
@@ -1093,6 +1123,65 @@ impl<R: MemoryReader> PythonWalker<R> {
             }
         }
         Ok(())
+    }
+
+    /// Proves the cache entries the headers just read (`self.code_addrs`, `csize` bytes each)
+    /// match: at once where the header carries a version, else by reading the entries' name,
+    /// file and line table again, all in one batched read, and comparing them with the
+    /// copies. Entries left unproven are copied anew by [`Self::resolve_slots`].
+    fn prove_cached(&mut self, csize: usize) {
+        self.compare.clear();
+        self.compare_reads.clear();
+        for (j, &addr) in self.code_addrs.iter().enumerate() {
+            if self.code_ok.get(j) != Some(&true) {
+                continue;
+            }
+            let Some(header) = self.code_bufs.get(j * csize..(j + 1) * csize) else {
+                continue;
+            };
+            let check = self
+                .cache
+                .check_header(self.layout, &self.target.types, addr, header);
+            if let HeaderCheck::CompareContent(idx) = check {
+                if self.compare_reads.len() + 3 <= self.compare_ok.len() {
+                    self.compare.push(idx);
+                    self.cache.content_reads(idx, &mut self.compare_reads);
+                }
+            }
+        }
+        if self.compare.is_empty() {
+            return;
+        }
+        // The buffer grows to the largest batch seen and stays (the steady state allocates
+        // nothing). A batch is at most 3 reads of `MAX_PRINT` and a header per frame.
+        let total: usize = self.compare_reads.iter().map(|r| r.1).sum();
+        if self.compare_buf.len() < total {
+            self.compare_buf.resize(total, 0);
+        }
+        self.reader.read_vectored(
+            &self.compare_reads,
+            &mut self.compare_buf,
+            &mut self.compare_ok,
+        );
+        let mut at = 0usize;
+        for (k, &idx) in self.compare.iter().enumerate() {
+            let mut fresh: [Option<&mut [u8]>; 3] = [None, None, None];
+            let mut rest = self.compare_buf.get_mut(at..).unwrap_or_default();
+            for (n, f) in fresh.iter_mut().enumerate() {
+                let r = 3 * k + n;
+                let len = self.compare_reads.get(r).map_or(0, |r| r.1);
+                if len > rest.len() {
+                    break;
+                }
+                let (b, tail) = std::mem::take(&mut rest).split_at_mut(len);
+                rest = tail;
+                at += len;
+                if self.compare_ok.get(r) == Some(&true) {
+                    *f = Some(b);
+                }
+            }
+            self.cache.compare_content(idx, fresh);
+        }
     }
 
     /// The frame's instruction offset in the unit [`super::linetable`] expects.

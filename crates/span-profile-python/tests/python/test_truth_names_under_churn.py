@@ -1,0 +1,140 @@
+"""Frame names stay true while code objects are freed and their memory reused (ADR 0020).
+
+Functions made at run time die young: `exec` of generated source, `types.FunctionType` over
+`code.replace(co_name=...)`, lambdas from `eval`. When one is freed, the next one's code
+object, name and line table are often allocated at the same addresses, so a walker that
+knows a code object by its addresses reports it under a dead function's name.
+
+Ground truth: four threads each create, call and drop uniquely named functions, over a
+thousand a second, each call under a span of its own; the test records which function each
+span ran. A sample is right when the innermost churned frame of its stack is the function
+its span ran. (Samples taken while a span is open but its function is not yet running, or
+has returned, hold no churned frame and say nothing about names; they are not counted.)
+"""
+import sys
+import threading
+import time
+import types
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+import span_profile
+from pprof_reader import all_samples
+
+RUN_S = 5.0
+THREADS = 4
+PREFIX = "churn_"
+#: The share of samples that must be right. The aim (issue 24) is 99.9% on every version; what
+#: is met today, with its causes (ADR 0020):
+#: - 3.11+: 99.7-100% (a span entered and left within one stack copy, when the sampler is
+#:   preempted mid-walk, shows its frames without it);
+#: - 3.9/3.10: 97.9-98.8% in guarded reads (frames are objects of their own, read one by one
+#:   while their thread runs: one freed and reused mid-walk splices two stacks).
+#: Before ADR 0020: 11-45% right.
+REQUIRED = 0.995 if sys.version_info >= (3, 11) else 0.97
+
+
+def _spin(n):
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+
+
+def _make_exec(name):
+    ns = {"spin": _spin}
+    exec(compile("def %s(n):\n    return spin(n)\n" % name, "<churn %s>" % name, "exec"), ns)
+    return ns[name]
+
+
+_TEMPLATE = (lambda n: _spin(n)).__code__
+
+
+def _make_replace(name):
+    return types.FunctionType(_TEMPLATE.replace(co_name=name, co_qualname=name)
+                              if hasattr(_TEMPLATE, "co_qualname") else _TEMPLATE.replace(co_name=name),
+                              {"_spin": _spin}, name)
+
+
+def _make_lambda(name):
+    # A lambda's code is called "<lambda>": its file tells them apart.
+    return eval(compile("lambda n: spin(n)", name, "eval"), {"spin": _spin})
+
+
+MAKERS = {"exec": _make_exec, "replace": _make_replace, "lambda": _make_lambda}
+
+
+def _churn(t, tracer, stop, ran, made):
+    """Thread `t`: create, call under its own span, and drop functions until `stop`."""
+    kinds = list(MAKERS.items())
+    i = 0
+    while not stop.is_set():
+        kind, make = kinds[i % len(kinds)]
+        name = "%st%d_%s_%06d" % (PREFIX, t, kind, i)
+        fn = make(name)
+        with tracer.start_as_current_span(name) as span:
+            fn(300)
+        ran[span.get_span_context().span_id] = name
+        del fn, span
+        i += 1
+    made[t] = i
+
+
+def _reported_name(frame):
+    """The churned function a frame shows: its name, or, for a lambda, its file (a
+    `<module>` frame of a churned file is the code that makes the function, not the function)."""
+    function, file, _line = frame
+    if function.startswith(PREFIX):
+        return function
+    if function == "<lambda>" and file.startswith(PREFIX):
+        return file
+    return None
+
+
+@pytest.mark.parametrize("reads", ["guarded", "syscall"])
+def test_churned_functions_keep_their_own_names_and_spans(tmp_path, monkeypatch, reads):
+    monkeypatch.setenv("SPAN_PROFILE_MEMORY_READS", reads)
+    output = str(tmp_path / "profiles")
+    provider = TracerProvider()
+    provider.add_span_processor(span_profile.SpanProcessor())
+    tracer = provider.get_tracer("churn")
+    agent = span_profile.start(service="churn", output=output, sample_rate_hz=200, window_s=1,
+                               overhead_budget=0)
+    stop, ran, made = threading.Event(), {}, {}
+    threads = [threading.Thread(target=_churn, args=(t, tracer, stop, ran, made), name="churn-%d" % t)
+               for t in range(THREADS)]
+    started = time.perf_counter()
+    for th in threads:
+        th.start()
+    time.sleep(RUN_S)
+    stop.set()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - started
+    agent.stop()
+
+    rates = {t: n / elapsed for t, n in made.items()}
+    assert all(r >= 1000 for r in rates.values()), "each thread must make 1,000 functions/s: %s" % rates
+
+    right, wrong, examples = 0, 0, []
+    for s in all_samples(output):
+        names = [n for n in map(_reported_name, s.frames) if n]
+        if not names:
+            continue
+        expected = ran.get(int(s.span_id, 16)) if s.span_id else None
+        if names[0] == expected:
+            right += s.count
+        else:
+            wrong += s.count
+            if len(examples) < 8:
+                examples.append((names[0], expected, s.functions[:3]))
+    total = right + wrong
+    assert total >= 300, "too few samples in churned functions: %d" % total
+    print("churn accuracy %s %s: %d of %d right (%.2f%%)" % (
+        ".".join(map(str, sys.version_info[:2])), reads, right, total, 100.0 * right / total))
+    assert right / total >= REQUIRED, (
+        "%d of %d samples (%.2f%%) show another function's name or span than the one running; "
+        "e.g. (shown, running, stack): %s; walker stats: %s"
+        % (wrong, total, 100.0 * wrong / total, examples,
+           {k: v for k, v in agent.stats().items() if "code" in k or "context" in k or "torn" in k}))
