@@ -132,7 +132,8 @@ def test_churned_functions_keep_their_own_names_and_spans(tmp_path, monkeypatch,
     total = right + wrong
     assert total >= 300, "too few samples in churned functions: %d" % total
     print("churn accuracy %s %s: %d of %d right (%.2f%%)" % (
-        ".".join(map(str, sys.version_info[:2])), reads, right, total, 100.0 * right / total))
+        ".".join(map(str, sys.version_info[:2])), reads, right, total, 100.0 * right / total)
+        + "; functions/s per thread: %s" % sorted(round(r) for r in rates.values()))
     assert right / total >= REQUIRED, (
         "%d of %d samples (%.2f%%) show another function's name or span than the one running; "
         "e.g. (shown, running, stack): %s; walker stats: %s"
