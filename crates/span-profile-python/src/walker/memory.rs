@@ -472,7 +472,15 @@ impl MemoryReader for ProcessVmReader {
                 end_at += len;
             }
             if count == 0 {
-                // The next request does not fit: it and the rest are not read.
+                let len = reqs[start].1;
+                if len > MAX_READ && at.checked_add(len).is_some_and(|end| end <= out.len()) {
+                    // Refused alone, as `read` refuses it; the rest go on.
+                    ok[start] = false;
+                    at += len;
+                    start += 1;
+                    continue;
+                }
+                // The next request does not fit in `out`: neither do the ones after it.
                 for f in ok.get_mut(start..n).unwrap_or_default() {
                     *f = false;
                 }
@@ -661,6 +669,11 @@ mod tests {
             }
             at += len;
         }
+        // A request over MAX_READ is refused alone, as `read` refuses it.
+        let mut big = vec![0u8; MAX_READ + 1 + 8];
+        let mut ok4 = vec![true; 2];
+        r.read_vectored(&[(base, MAX_READ + 1), (base, 8)], &mut big, &mut ok4);
+        assert_eq!(ok4, vec![false, true]);
         // Requests beyond the buffer are not read.
         let mut small = vec![0u8; 10];
         let mut ok3 = vec![true; 2];

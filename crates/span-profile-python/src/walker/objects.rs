@@ -54,6 +54,18 @@ struct StrHead {
     ascii: bool,
 }
 
+impl StrHead {
+    /// Where a compact string's characters start, from the object's address; `None` for a
+    /// legacy string, whose characters are behind a pointer.
+    fn inline_data(&self, layout: &Layout) -> Option<usize> {
+        match (self.compact, self.ascii) {
+            (true, true) => Some(layout.unicode_ascii_size),
+            (true, false) => Some(layout.unicode_compact_size),
+            (false, _) => None,
+        }
+    }
+}
+
 /// Reads and validates the fixed part every `str` has (compact non-ASCII and legacy strings
 /// have more after it, read only when needed: a small object may end right after it).
 fn str_head(
@@ -103,22 +115,17 @@ pub(crate) fn read_str(
     addr: u64,
     max_chars: usize,
 ) -> Result<String, ObjectError> {
-    let StrHead {
-        length,
-        kind,
-        compact,
-        ascii,
-    } = str_head(reader, layout, types, addr)?;
-    let data = if compact && ascii {
-        addr.wrapping_add(layout.unicode_ascii_size as u64)
-    } else if compact {
-        addr.wrapping_add(layout.unicode_compact_size as u64)
-    } else {
-        let mut p = [0u8; 8];
-        reader.read(addr.wrapping_add(layout.unicode_data as u64), &mut p)?;
-        match u64::from_le_bytes(p) {
-            0 => return Err(ObjectError::Invalid),
-            p => p,
+    let head = str_head(reader, layout, types, addr)?;
+    let (length, kind, ascii) = (head.length, head.kind, head.ascii);
+    let data = match head.inline_data(layout) {
+        Some(off) => addr.wrapping_add(off as u64),
+        None => {
+            let mut p = [0u8; 8];
+            reader.read(addr.wrapping_add(layout.unicode_data as u64), &mut p)?;
+            match u64::from_le_bytes(p) {
+                0 => return Err(ObjectError::Invalid),
+                p => p,
+            }
         }
     };
     let chars = (length as usize).min(max_chars);
@@ -235,25 +242,17 @@ pub(crate) fn str_print(
     addr: u64,
     max_chars: usize,
 ) -> Result<ObjectPrint, ObjectError> {
-    let StrHead {
-        length,
-        kind,
-        compact,
-        ascii,
-    } = str_head(reader, layout, types, addr)?;
-    let kind = usize::from(kind);
-    let data = match (compact, ascii) {
-        (true, true) => layout.unicode_ascii_size,
-        (true, false) => layout.unicode_compact_size,
-        (false, _) => layout.unicode_ascii_size,
-    };
-    let content = if compact {
-        (length as usize)
-            .min(max_chars)
-            .saturating_mul(kind)
-            .min(MAX_PRINT)
-    } else {
-        0
+    let head = str_head(reader, layout, types, addr)?;
+    // A legacy string is printed on its fixed part only.
+    let (data, content) = match head.inline_data(layout) {
+        Some(off) => (
+            off,
+            (head.length as usize)
+                .min(max_chars)
+                .saturating_mul(usize::from(head.kind))
+                .min(MAX_PRINT),
+        ),
+        None => (layout.unicode_ascii_size, 0),
     };
     let mut bytes = vec![0u8; data + content].into_boxed_slice();
     reader.read(addr, &mut bytes)?;

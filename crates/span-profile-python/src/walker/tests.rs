@@ -227,10 +227,7 @@ fn reused_code_address_gets_a_new_id() {
 #[test]
 fn a_code_object_reusing_every_address_of_a_freed_one_is_told_apart() {
     for v in versions() {
-        let mut b = ImageBuilder::new(v).unwrap();
-        let code = b.code(&FakeFrame::new("f_0001", "/gen.py", 10, 12));
-        let leaf = b.frame(code, 0, 0);
-        b.thread(1, 0, leaf);
+        let (b, code) = one_frame(v, FakeFrame::new("f_0001", "/gen.py", 10, 12));
         let (name, table) = b.code_name_and_table(code);
         let mut after = b.mem.clone();
         // Same length, other characters, in the same str block.
@@ -278,10 +275,7 @@ fn a_code_object_reusing_every_address_of_a_freed_one_is_told_apart() {
 #[test]
 fn a_name_hashed_or_interned_later_is_the_same_name() {
     for v in (9..=11).map(|m| PythonVersion::new(3, m)) {
-        let mut b = ImageBuilder::new(v).unwrap();
-        let code = b.code(&FakeFrame::new("steady", "/s.py", 1, 1));
-        let leaf = b.frame(code, 0, 0);
-        b.thread(1, 0, leaf);
+        let (b, code) = one_frame(v, FakeFrame::new("steady", "/s.py", 1, 1));
         let (name, _) = b.code_name_and_table(code);
         let mut after = b.mem.clone();
         let (hash, state) = b.str_hash_and_state_addr(name);
@@ -310,10 +304,7 @@ fn a_name_hashed_or_interned_later_is_the_same_name() {
 #[test]
 fn a_new_version_is_a_new_code_object() {
     for v in (12..=13).map(|m| PythonVersion::new(3, m)) {
-        let mut b = ImageBuilder::new(v).unwrap();
-        let code = b.code(&FakeFrame::new("same", "/s.py", 1, 1));
-        let leaf = b.frame(code, 0, 0);
-        b.thread(1, 0, leaf);
+        let (b, code) = one_frame(v, FakeFrame::new("same", "/s.py", 1, 1));
         let mut after = b.mem.clone();
         let at = b.code_version_addr(code).unwrap();
         assert!(after.write(at, &999u32.to_le_bytes()));
@@ -349,6 +340,15 @@ fn frames_of_hidden_files_are_left_out() {
         want.sort();
         assert_eq!(sorted, want, "{v}: beta's frame is hidden, the others stay");
     }
+}
+
+/// An image of one thread running one frame of `f`; returns it and the code object's address.
+fn one_frame(v: PythonVersion, f: FakeFrame) -> (ImageBuilder, u64) {
+    let mut b = ImageBuilder::new(v).unwrap();
+    let code = b.code(&f);
+    let leaf = b.frame(code, 0, 0);
+    b.thread(1, 0, leaf);
+    (b, code)
 }
 
 fn swapping_walker(

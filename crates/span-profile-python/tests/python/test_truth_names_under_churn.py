@@ -27,11 +27,11 @@ THREADS = 4
 PREFIX = "churn_"
 #: The share of samples that must be right. The aim (issue 24) is 99.9% on every version; what
 #: is met today, with its causes (ADR 0020):
-#: - 3.11+: 99.7-100% (a span entered and left within one stack copy, when the sampler is
-#:   preempted mid-walk, shows its frames without it);
-#: - 3.9/3.10: 97.9-98.8% in guarded reads (frames are objects of their own, read one by one
+#: - 3.12/3.13: 99.87-100% (a span entered and left within one stack copy, when the sampler
+#:   is preempted mid-walk, shows its frames without it);
+#: - 3.9: 97.9-100% in guarded reads (frames are objects of their own, read one by one
 #:   while their thread runs: one freed and reused mid-walk splices two stacks).
-#: Before ADR 0020: 11-45% right.
+#: Before ADR 0020: 96.8-98.5% right on this spec (docs/benchmarks.md §28).
 REQUIRED = 0.995 if sys.version_info >= (3, 11) else 0.97
 
 
