@@ -388,7 +388,8 @@ impl WindowAggregator {
 
     #[inline]
     fn bump(&mut self, row: u32, cpu_ns: u64, interval_ns: u64, weight: u32) {
-        let w = weight.max(1);
+        // Weight 0: CPU time only, no wall sample (RawSample::weight).
+        let w = weight;
         let ns = interval_ns.saturating_mul(u64::from(w));
         let counts = &mut self.counts[row as usize].1;
         counts.wall_samples = counts.wall_samples.saturating_add(w);
@@ -671,8 +672,8 @@ mod tests {
         assert!(std::mem::size_of::<(Sample, Counts)>() <= 80);
     }
 
-    #[test]
-    fn sample_counts_saturate() {
+    /// An aggregator and a sample of one stack, background, on thread "w".
+    fn one_stack() -> (WindowAggregator, Sample) {
         let mut a = WindowAggregator::default();
         let st = a.intern_stack(&[RawFrame { id: 1, line: 1 }], false);
         let t = a.intern_thread_name("w");
@@ -683,18 +684,39 @@ mod tests {
             thread: t,
             task: None,
         };
-        a.add(s, 10 * u64::from(u32::MAX - 1), 10, u32::MAX - 1);
-        a.add(s, 50, 10, 5);
-        let p = a.finish(
+        (a, s)
+    }
+
+    /// Closes the window at a 10 ns period.
+    fn close_at_period_10(mut a: WindowAggregator) -> Profile {
+        a.finish(
             Resource::default(),
             0,
             1,
             10,
             &mut SpanTable::default().drain_window(),
-        );
+        )
+    }
+
+    #[test]
+    fn sample_counts_saturate() {
+        let (mut a, s) = one_stack();
+        a.add(s, 10 * u64::from(u32::MAX - 1), 10, u32::MAX - 1);
+        a.add(s, 50, 10, 5);
+        let p = close_at_period_10(a);
         // CPU is counted in nanoseconds (64-bit), so its periods do not saturate.
         assert_eq!(p.samples[0].cpu_samples, u64::from(u32::MAX) + 4);
         assert_eq!(p.samples[0].wall_samples, u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn a_weight_0_sample_adds_cpu_and_no_wall_time() {
+        let (mut a, s) = one_stack();
+        a.add(s, 0, 10, 1);
+        a.add(s, 7, 10, 0);
+        let p = close_at_period_10(a);
+        let row = &p.samples[0];
+        assert_eq!((row.wall_samples, row.wall_ns, row.cpu_ns), (1, 10, 7));
     }
 
     #[test]

@@ -23,7 +23,10 @@ pub struct RawSample<'a> {
     /// precedence over the registry's entry for `key`.
     pub span: Option<SpanContext>,
     /// How many samples this one stands for (1, or more when the walker sampled a subset of
-    /// threads and corrects the weight).
+    /// threads and corrects the weight). 0: no wall sample, only `cpu_ns` charged to this
+    /// stack (the CPU a thread used before a sample that found it off CPU goes to the stack
+    /// it was last seen running in, ADR 0019). Such a sample that finds no row still counts
+    /// as one dropped sample.
     pub weight: u32,
 }
 

@@ -226,6 +226,13 @@ pub(crate) struct CachedStack {
     /// it changed during the copy). Valid as long as the stack is: a thread that has not run
     /// has not entered another context or set a variable either.
     pub(crate) resolution: Option<Resolution>,
+    /// The stack of the last walk that found the thread running (its CPU clock moved while
+    /// its frames were copied), with its truncation and context: where the CPU of a later
+    /// sample that finds the thread off CPU is charged (ADR 0019). Valid if `has_running`.
+    pub(crate) running: Vec<RawFrame>,
+    pub(crate) running_truncated: bool,
+    pub(crate) running_resolution: Option<Resolution>,
+    pub(crate) has_running: bool,
 }
 
 /// Most out-of-data-stack frame addresses remembered per thread for prefetching.
@@ -295,7 +302,8 @@ impl StackCache {
     }
 
     /// Stores `frames` as the stack of `thread_id` (and the addresses of the frames that were
-    /// read one by one), evicting the least recently used entry when full.
+    /// read one by one), and as its last stack seen `running` if it was, evicting the least
+    /// recently used entry when full.
     pub(crate) fn store(
         &mut self,
         key: (u64, u64, u32, u64),
@@ -303,6 +311,7 @@ impl StackCache {
         truncated: bool,
         outside: &[u64],
         tick: u64,
+        running: bool,
     ) {
         let (thread_id, tstate, tid, cpu_ns) = key;
         let i = match self.by_thread.get(&thread_id) {
@@ -319,6 +328,10 @@ impl StackCache {
                     n_outside: 0,
                     last_used: tick,
                     resolution: None,
+                    running: Vec::with_capacity(self.depth),
+                    running_truncated: false,
+                    running_resolution: None,
+                    has_running: false,
                 });
                 let i = self.entries.len() - 1;
                 self.by_thread.insert(thread_id, i);
@@ -340,6 +353,10 @@ impl StackCache {
             }
         };
         if let Some(e) = self.entries.get_mut(i) {
+            if (e.thread_id, e.tstate, e.tid) != (thread_id, tstate, tid) {
+                // Another thread (or a new one under the same id): its running stack is not ours.
+                e.has_running = false;
+            }
             e.thread_id = thread_id;
             e.tstate = tstate;
             e.tid = tid;
@@ -354,11 +371,45 @@ impl StackCache {
             e.outside[..k].copy_from_slice(&outside[..k]);
             e.n_outside = k;
             e.resolution = None;
+            if running {
+                e.running.clear();
+                e.running
+                    .extend_from_slice(frames.get(..n).unwrap_or_default());
+                e.running_truncated = truncated;
+                e.running_resolution = None;
+                e.has_running = true;
+            }
         }
     }
 
-    /// Records what the context of `thread_id` held when its stored stack was copied.
-    pub(crate) fn set_resolution(&mut self, thread_id: u64, tstate: u64, r: Option<Resolution>) {
+    /// The last stack `thread_id` (under `tstate` and `tid`) was seen running in, if any: its
+    /// frames, truncation and context.
+    pub(crate) fn last_running(
+        &self,
+        thread_id: u64,
+        tstate: u64,
+        tid: u32,
+    ) -> Option<(&[RawFrame], bool, Option<Resolution>)> {
+        let e = self
+            .by_thread
+            .get(&thread_id)
+            .and_then(|&i| self.entries.get(i))?;
+        (e.has_running && e.tstate == tstate && e.tid == tid && !e.running.is_empty()).then_some((
+            e.running.as_slice(),
+            e.running_truncated,
+            e.running_resolution,
+        ))
+    }
+
+    /// Records what the context of `thread_id` held when its stored stack was copied (and,
+    /// if it was `running`, for its running stack too).
+    pub(crate) fn set_resolution(
+        &mut self,
+        thread_id: u64,
+        tstate: u64,
+        r: Option<Resolution>,
+        running: bool,
+    ) {
         if let Some(e) = self
             .by_thread
             .get(&thread_id)
@@ -366,6 +417,9 @@ impl StackCache {
         {
             if e.tstate == tstate {
                 e.resolution = r;
+                if running {
+                    e.running_resolution = r;
+                }
             }
         }
     }
@@ -418,7 +472,7 @@ mod tests {
         let f = |id| RawFrame { id, line: 1 };
         let mut c = StackCache::new(2, 4);
         assert!(c.unchanged(1, 10, 100, 5, 0).is_none());
-        c.store((1, 10, 100, 5), &[f(1), f(2)], false, &[7, 8], 0);
+        c.store((1, 10, 100, 5), &[f(1), f(2)], false, &[7, 8], 0, true);
         assert_eq!(
             c.unchanged(1, 10, 100, 5, 1).map(|e| e.frames.len()),
             Some(2)
@@ -426,16 +480,36 @@ mod tests {
         assert!(c.unchanged(1, 10, 100, 6, 1).is_none()); // ran since
         assert!(c.unchanged(1, 11, 100, 5, 1).is_none()); // other thread state
         assert!(c.unchanged(1, 10, 101, 5, 1).is_none()); // other OS thread
-        c.store((2, 20, 200, 1), &[f(3)], false, &[], 2);
+        c.store((2, 20, 200, 1), &[f(3)], false, &[], 2, true);
         let mut out = [0u64; MAX_OUTSIDE];
         assert_eq!(c.outside(1, 10, &mut out), 2);
         assert_eq!(&out[..2], &[7, 8]);
         assert_eq!(c.outside(1, 11, &mut out), 0);
-        c.store((3, 30, 300, 1), &[f(4); 9], true, &[], 3); // evicts 1 (least recently used)
+        c.store((3, 30, 300, 1), &[f(4); 9], true, &[], 3, true); // evicts 1 (least recently used)
         assert!(c.unchanged(1, 10, 100, 5, 4).is_none());
         let e = c.unchanged(3, 30, 300, 1, 4).unwrap();
         assert_eq!((e.frames.len(), e.truncated), (4, true));
         assert!(c.unchanged(2, 20, 200, 1, 4).is_some());
+    }
+
+    #[test]
+    fn the_last_running_stack_outlives_walks_that_find_the_thread_off_cpu() {
+        let f = |id| RawFrame { id, line: 1 };
+        let mut c = StackCache::new(2, 4);
+        assert!(c.last_running(1, 10, 100).is_none());
+        // Seen running in [1, 2], then asleep in [3]: the running stack stays [1, 2].
+        c.store((1, 10, 100, 5), &[f(1), f(2)], false, &[], 0, true);
+        c.store((1, 10, 100, 6), &[f(3)], false, &[], 1, false);
+        assert_eq!(
+            c.unchanged(1, 10, 100, 6, 2).map(|e| e.frames[0]),
+            Some(f(3))
+        );
+        let (frames, truncated, _) = c.last_running(1, 10, 100).unwrap();
+        assert_eq!((frames, truncated), (&[f(1), f(2)][..], false));
+        // Not another thread's, nor a new OS thread's under the same id.
+        assert!(c.last_running(1, 10, 101).is_none());
+        c.store((1, 10, 101, 1), &[f(4)], false, &[], 3, false);
+        assert!(c.last_running(1, 10, 101).is_none());
     }
 
     #[test]

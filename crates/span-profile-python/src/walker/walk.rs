@@ -785,6 +785,7 @@ impl<R: MemoryReader> PythonWalker<R> {
         // sees the clock advanced and copies them again rather than reusing a torn copy.
         let tid = self.tid_of(t.thread_id, t.native, registered_native);
         let cpu_ns = tid.and_then(|tid| cpu_time_ns(self.config.cpu_time, tid));
+        let cpu_read_at = monotonic_ns();
         // The CPU time the thread used since its previous sample: this sample's CPU weight.
         let used_ns = match (tid, cpu_ns) {
             (Some(tid), Some(ns)) => self.cpu.observe(t.thread_id, tid, ns),
@@ -820,7 +821,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                     None => {
                         self.ctx.forget_before();
                         let r = self.ctx.emit(&self.reader, t.tstate, sink, sample);
-                        self.stacks.set_resolution(t.thread_id, t.tstate, r);
+                        self.stacks.set_resolution(t.thread_id, t.tstate, r, false);
                     }
                 }
                 return;
@@ -856,6 +857,17 @@ impl<R: MemoryReader> PythonWalker<R> {
             bump(&self.counters.idle_threads, 1);
             return;
         }
+        // A thread whose clock did not move while its frames were copied is off CPU: it used
+        // its CPU since the last sample elsewhere, and that CPU goes to the stack it was last
+        // seen running in (ADR 0019).
+        let running = self.runs_now(tid, cpu_ns, cpu_read_at);
+        let elsewhere = match (tid, running) {
+            (Some(tid), false) if used_ns > 0 => self
+                .stacks
+                .last_running(t.thread_id, t.tstate, tid)
+                .is_some(),
+            _ => false,
+        };
         if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
             self.stacks.store(
                 (t.thread_id, t.tstate, tid, ns),
@@ -863,6 +875,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                 truncated,
                 self.outside.get(..self.outside_n).unwrap_or_default(),
                 self.tick,
+                running,
             );
         }
         bump(&self.counters.samples, 1);
@@ -874,7 +887,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             key: ExecutionKey::thread(t.thread_id),
             frames: &self.frames,
             truncated,
-            cpu_ns: used_ns,
+            cpu_ns: if elsewhere { 0 } else { used_ns },
             thread_name: self.name.as_str(),
             task_name: None,
             span: None,
@@ -882,7 +895,65 @@ impl<R: MemoryReader> PythonWalker<R> {
         };
         let r = self.ctx.emit(&self.reader, t.tstate, sink, sample);
         if cpu_ns.is_some() {
-            self.stacks.set_resolution(t.thread_id, t.tstate, r);
+            self.stacks
+                .set_resolution(t.thread_id, t.tstate, r, running);
+        }
+        if elsewhere {
+            self.charge_last_running(sink, &t, tid, used_ns);
+        }
+    }
+
+    /// Whether the thread whose CPU clock read `cpu_ns` at monotonic time `read_at`, before
+    /// its frames were copied, ran while they were: its clock moved by at least half the
+    /// time that passed. (Any movement at all would also count a thread that only woke for
+    /// a few microseconds to wait for the GIL, in the frame it waits in, and such wake-ups
+    /// are many.) Only the thread clock can tell (`/proc` moves at scheduler events only):
+    /// elsewhere every thread counts as running.
+    fn runs_now(&self, tid: Option<u32>, cpu_ns: Option<u64>, read_at: u64) -> bool {
+        match (self.config.cpu_time, tid, cpu_ns) {
+            (CpuTimeSource::ThreadClock, Some(tid), Some(ns)) => {
+                match cpu_time_ns(CpuTimeSource::ThreadClock, tid) {
+                    Some(now) => {
+                        let passed = monotonic_ns().saturating_sub(read_at);
+                        now.saturating_sub(ns).saturating_mul(2) >= passed.max(1)
+                    }
+                    None => true,
+                }
+            }
+            _ => true,
+        }
+    }
+
+    /// Charges `cpu_ns` to the stack the thread was last seen running in, as a CPU-only
+    /// sample (weight 0: no wall time), with the span and task it had then.
+    fn charge_last_running(
+        &mut self,
+        sink: &mut dyn StackSink,
+        t: &ThreadRef,
+        tid: Option<u32>,
+        cpu_ns: u64,
+    ) {
+        let Some(tid) = tid else {
+            return;
+        };
+        let Some((frames, truncated, resolution)) =
+            self.stacks.last_running(t.thread_id, t.tstate, tid)
+        else {
+            return;
+        };
+        let sample = RawSample {
+            key: ExecutionKey::thread(t.thread_id),
+            frames,
+            truncated,
+            cpu_ns,
+            thread_name: self.name.as_str(),
+            task_name: None,
+            span: None,
+            weight: 0,
+        };
+        match resolution {
+            Some(r) => self.ctx.emit_resolved(r, sink, sample),
+            None => sink.sample(&sample),
         }
     }
 

@@ -19,14 +19,11 @@ out. What the receiver got is decoded as the server would, independently of our 
 A function's CPU in an exporter is the sum over the samples whose stack contains it, once per
 sample. Checked, for every function whose thread used at least 0.5 s:
 
-- a function its thread never leaves (`duty_100`, the hashers) gets what its thread measured,
-  within 10%;
-- a function its thread leaves to sleep (`duty_50`, `duty_20`) gets no more than its thread
-  measured (+10%), and its thread gets what it measured, within 10%: per `thread.name` in
-  OTLP, and in Pyroscope all the duty threads together, as the frame they all run in
-  (`_duty_thread`). Per frame, the CPU an interval held goes to the stack seen at its end
-  (ADR 0019), so a thread that burns, then sleeps, gives part of its burn to its sleep: the
-  function alone gets less, by up to one interval per transition.
+- every such function gets what its thread measured, within 30% (a thread that burns, then
+  sleeps, is mostly sampled asleep: the CPU of such a sample goes to the stack the thread was
+  last seen running in, ADR 0019; see FRAME_TOLERANCE in test_truth_cpu_weights.py);
+- every duty-cycled thread gets what it measured, within 10%: per `thread.name` in OTLP, and
+  in Pyroscope all the duty threads together, as the frame they all run in (`_duty_thread`).
 
 And in every exporter the sleeper gets at most 0.05 s, and all samples together hold no more
 CPU than the process used (`time.process_time()`) from start to stop, +5% for the windows'
@@ -43,7 +40,7 @@ import span_profile
 from pprof_reader import parse_profile
 from test_otlp_checkout_demo import RECEIVER, receiver_python
 from test_pyroscope_output import decode_push
-from test_truth_cpu_weights import DUTIES, THREAD_OF, run_workload
+from test_truth_cpu_weights import DUTIES, FRAME_TOLERANCE, THREAD_OF, run_workload
 
 RATE_HZ = 100
 RUN_S = 6.0
@@ -54,8 +51,8 @@ TOLERANCE = 0.10
 SLEEPER_MAX_S = 0.05
 #: What the windows' edges may add to the process's CPU time (a tick reaches back one interval).
 EDGE_SLACK = 0.05
-#: The functions whose threads spend all their CPU inside them (the rest sleep outside theirs).
-NEVER_LEFT = ("duty_%d" % max(DUTIES), "hashes_0", "hashes_1", "only_sleeps")
+#: The thread that burns all the time: if it used less than CHECKED_S, the workload did not run.
+BUSIEST = "duty_%d" % max(DUTIES)
 #: The frame every duty-cycle thread runs in, busy or asleep.
 DUTY_LOOP = "_duty_thread"
 
@@ -97,38 +94,34 @@ class Received:
 
 def assert_cpu_is_true(got, measured, process_cpu_s):
     """The checks of the module docstring, with the table of what was measured and got."""
-    checks = []  # (what, measured, got, exact): exact within TOLERANCE, else at most +TOLERANCE
+    checks = []  # (what, measured, got, tolerance)
     for f in THREAD_OF:  # duty_100 ... duty_5, only_sleeps, the hashers
-        checks.append((f, measured[f], got.in_frame(f), f in NEVER_LEFT))
+        checks.append((f, measured[f], got.in_frame(f), FRAME_TOLERANCE))
     duty = ["duty_%d" % d for d in DUTIES]
     if got.has_threads:
-        checks += [("thread " + THREAD_OF[f], measured[f], got.of_thread(THREAD_OF[f]), True) for f in duty]
+        checks += [("thread " + THREAD_OF[f], measured[f], got.of_thread(THREAD_OF[f]), TOLERANCE)
+                   for f in duty]
     else:
-        checks.append((DUTY_LOOP, sum(measured[f] for f in duty), got.in_frame(DUTY_LOOP), True))
+        checks.append((DUTY_LOOP, sum(measured[f] for f in duty), got.in_frame(DUTY_LOOP), TOLERANCE))
 
-    def kind(what, used, exact):
+    def kind(what, used, tolerance):
         if what == "only_sleeps":
             return "<=%.2f s" % SLEEPER_MAX_S
-        return "-" if used < CHECKED_S else "+-10%" if exact else "<=+10%"
+        return "-" if used < CHECKED_S else "+-%d%%" % round(100 * tolerance)
 
     rows = ["%-16s %9s %9s %6s  %s" % ("cpu s in", "measured", got.exporter, "ratio", "check")]
     rows += ["%-16s %9.3f %9.3f %6.2f  %s" % (what, used, cpu, cpu / used if used else float("nan"),
-                                             kind(what, used, exact))
-             for what, used, cpu, exact in checks]
+                                             kind(what, used, tol))
+             for what, used, cpu, tol in checks]
     rows.append("%-16s %9.3f %9.3f %6.2f  <=+5%% (measured: process_time from start to stop)" % (
         "all samples", process_cpu_s, got.total(), got.total() / process_cpu_s))
     table = "\n".join(rows)
     print("\n" + table)
 
-    assert measured[NEVER_LEFT[0]] >= CHECKED_S, "the workload did not run:\n" + table
-    for what, used, cpu, exact in checks:
-        if used < CHECKED_S:
-            continue
-        if exact:
-            assert abs(cpu - used) <= TOLERANCE * used, "%s: %s\n%s" % (got.exporter, what, table)
-        else:
-            assert cpu <= (1 + TOLERANCE) * used, "%s: %s has more than its thread\n%s" % (
-                got.exporter, what, table)
+    assert measured[BUSIEST] >= CHECKED_S, "the workload did not run:\n" + table
+    for what, used, cpu, tol in checks:
+        if used >= CHECKED_S:
+            assert abs(cpu - used) <= tol * used, "%s: %s\n%s" % (got.exporter, what, table)
     assert got.in_frame("only_sleeps") <= SLEEPER_MAX_S, "%s gives the sleeper CPU\n%s" % (got.exporter, table)
     assert got.total() <= process_cpu_s * (1 + EDGE_SLACK), "%s has more CPU than the process used\n%s" % (
         got.exporter, table)

@@ -83,26 +83,44 @@ THREAD_OF.update({"only_sleeps": "sleeper", "hashes_0": "hasher-0", "hashes_1": 
 
 
 def profiled_cpu_s(output, function):
-    """The `cpu` of the samples of the thread that ran `function`. (Per thread, not per frame:
-    the CPU an interval held goes to the stack seen at its end, so a thread that burns, then
-    sleeps, gives part of its burn to its sleep; ADR 0019.)"""
+    """The `cpu` of the samples whose stack holds `function`: what the profile says that
+    function cost. (A thread that burns, then sleeps, is mostly sampled asleep: the CPU of
+    such a sample goes to the stack the thread was last seen running in, ADR 0019.)"""
+    return sum(s.values.get("cpu", 0) for s in all_samples(output) if function in s.functions) / 1e9
+
+
+def thread_cpu_s(output, function):
+    """The `cpu` of the samples of the thread that ran `function`."""
     thread = THREAD_OF[function]
     return sum(s.values.get("cpu", 0) for s in all_samples(output) if s.labels.get("thread_name") == thread) / 1e9
 
 
-def assert_cpu_matches(output, measured, tolerance=0.10):
+#: A function whose thread used this much CPU is checked frame by frame (issue 24); every
+#: thread that ran at all is checked as a whole.
+FRAME_CHECKED_S = 0.5
+#: Per frame the aim is 10%, as per thread; it is not met on a loaded machine. Measured for
+#: duty_20 (CPython 3.10, 12 runs of this file and the exporters' spec): 0.91-1.00 of the
+#: truth when the machine is quiet, 0.73-0.79 when it is busy (the thread then waits for a
+#: core or for the GIL more often, and the stack it waits in takes more of its CPU; ADR 0019).
+#: Before ADR 0019's amendment it was 0.19-0.31 on any machine.
+FRAME_TOLERANCE = 0.30
+
+
+def assert_cpu_matches(output, measured, tolerance=0.10, frames=True):
     rows = []
     for function, used in sorted(measured.items()):
-        rows.append((function, used, profiled_cpu_s(output, function)))
-    table = "\n".join("%-12s measured %.3f s  profile %.3f s" % r for r in rows)
+        rows.append((function, used, profiled_cpu_s(output, function), thread_cpu_s(output, function)))
+    table = "\n".join("%-12s measured %.3f s  its frames %.3f s  its thread %.3f s" % r for r in rows)
     print(table)
-    for function, used, profiled in rows:
+    for function, used, in_frames, in_thread in rows:
         if function == "only_sleeps":
             # A thread that only waits: at most 0.05 s of CPU a minute.
-            assert profiled <= max(0.05 * RUN_S / 60, 1.5 * used), table
+            assert in_thread <= max(0.05 * RUN_S / 60, 1.5 * used), table
             continue
         assert used > 0.1, "the workload did not run: " + table
-        assert abs(profiled - used) <= tolerance * used, table
+        assert abs(in_thread - used) <= tolerance * used, table
+        if frames and used >= FRAME_CHECKED_S:
+            assert abs(in_frames - used) <= FRAME_TOLERANCE * used, table
 
 
 def start(output, **kw):
@@ -163,7 +181,10 @@ def test_cpu_stays_true_when_the_budget_lowers_the_rate(output):
     agent.stop()
     print("ticks", stats["ticks"])
     assert stats["ticks"] < 0.8 * 100 * RUN_S, stats
-    assert_cpu_matches(output, measured)
+    # Per thread only: at the lowered rate a duty-cycled thread is seen running a few dozen
+    # times, and its function's share of its CPU comes out within 15% rather than 10%
+    # (measured: 0.746-0.870 s of 0.826-0.881 s for duty_20, 3 runs).
+    assert_cpu_matches(output, measured, frames=False)
 
 
 def test_cpu_stays_true_when_the_thread_cap_leaves_threads_out(output):
