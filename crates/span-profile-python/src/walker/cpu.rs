@@ -129,6 +129,15 @@ impl CpuTracker {
         self.now_ns = now_ns;
     }
 
+    /// Wall time between the previous tick and this one (0 on the first).
+    pub(crate) fn since_previous_tick(&self) -> u64 {
+        if self.prev_tick_ns == 0 {
+            0
+        } else {
+            self.now_ns.saturating_sub(self.prev_tick_ns)
+        }
+    }
+
     /// Records the reading `cpu_ns` of thread `thread_id` (OS tid `tid`) and returns the CPU
     /// time it consumed since its previous reading.
     ///

@@ -289,6 +289,9 @@ const MAX_LISTED: usize = 8192;
 const MAX_SKIPPED_COUNTED: usize = 1024;
 /// Largest struct copy (frame, code header).
 const BUF: usize = 256;
+/// A thread that used less than 1/this of the time since the previous tick is not asked
+/// whether it runs now: its CPU stays with its sample (see `walk_thread`).
+const MIN_CPU_SHARE_ASKED: u64 = 32;
 /// Bytes set aside up front for the content comparisons of one stack (it grows if needed).
 const COMPARE_BUF: usize = 16 * 1024;
 /// Largest thread-state copy (3.11's data-stack fields end at 312).
@@ -859,15 +862,20 @@ impl<R: MemoryReader> PythonWalker<R> {
         }
         // A thread whose clock did not move while its frames were copied is off CPU: it used
         // its CPU since the last sample elsewhere, and that CPU goes to the stack it was last
-        // seen running in (ADR 0019).
-        let running = self.runs_now(tid, cpu_ns, cpu_read_at);
+        // seen running in (ADR 0019). That is asked (a system call) only of a thread that used
+        // enough since its last sample for it to matter: one that woke for a moment, in the
+        // frame it waits in, is charged there (`None`: not asked).
+        let asked = used_ns > 0
+            && used_ns.saturating_mul(MIN_CPU_SHARE_ASKED) >= self.cpu.since_previous_tick();
+        let running = asked.then(|| self.runs_now(tid, cpu_ns, cpu_read_at));
         let elsewhere = match (tid, running) {
-            (Some(tid), false) if used_ns > 0 => self
+            (Some(tid), Some(false)) => self
                 .stacks
                 .last_running(t.thread_id, t.tstate, tid)
                 .is_some(),
             _ => false,
         };
+        let running = running == Some(true);
         if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
             self.stacks.store(
                 (t.thread_id, t.tstate, tid, ns),
