@@ -19,9 +19,10 @@ out. What the receiver got is decoded as the server would, independently of our 
 A function's CPU in an exporter is the sum over the samples whose stack contains it, once per
 sample. Checked, for every function whose thread used at least 0.5 s:
 
-- every such function gets what its thread measured, within 30% (a thread that burns, then
-  sleeps, is mostly sampled asleep: the CPU of such a sample goes to the stack the thread was
-  last seen running in, ADR 0019; see FRAME_TOLERANCE in test_truth_cpu_weights.py);
+- every such function gets no more than its thread measured (+10%) and at least FRAME_FLOOR
+  of it (a thread that burns, then sleeps, is mostly sampled asleep: the CPU of such a sample
+  goes to the stack the thread was last seen running in, ADR 0019; the aim of 10% is not met
+  on a loaded machine, see FRAME_FLOOR in test_truth_cpu_weights.py);
 - every duty-cycled thread gets what it measured, within 10%: per `thread.name` in OTLP, and
   in Pyroscope all the duty threads together, as the frame they all run in (`_duty_thread`).
 
@@ -40,7 +41,7 @@ import span_profile
 from pprof_reader import parse_profile
 from test_otlp_checkout_demo import RECEIVER, receiver_python
 from test_pyroscope_output import decode_push
-from test_truth_cpu_weights import DUTIES, FRAME_TOLERANCE, THREAD_OF, run_workload
+from test_truth_cpu_weights import DUTIES, FRAME_FLOOR, THREAD_OF, run_workload
 
 RATE_HZ = 100
 RUN_S = 6.0
@@ -96,7 +97,7 @@ def assert_cpu_is_true(got, measured, process_cpu_s):
     """The checks of the module docstring, with the table of what was measured and got."""
     checks = []  # (what, measured, got, tolerance)
     for f in THREAD_OF:  # duty_100 ... duty_5, only_sleeps, the hashers
-        checks.append((f, measured[f], got.in_frame(f), FRAME_TOLERANCE))
+        checks.append((f, measured[f], got.in_frame(f), None))
     duty = ["duty_%d" % d for d in DUTIES]
     if got.has_threads:
         checks += [("thread " + THREAD_OF[f], measured[f], got.of_thread(THREAD_OF[f]), TOLERANCE)
@@ -107,7 +108,9 @@ def assert_cpu_is_true(got, measured, process_cpu_s):
     def kind(what, used, tolerance):
         if what == "only_sleeps":
             return "<=%.2f s" % SLEEPER_MAX_S
-        return "-" if used < CHECKED_S else "+-%d%%" % round(100 * tolerance)
+        if used < CHECKED_S:
+            return "-"
+        return "+-%d%%" % round(100 * tolerance) if tolerance else "%.1f-1.1x" % FRAME_FLOOR
 
     rows = ["%-16s %9s %9s %6s  %s" % ("cpu s in", "measured", got.exporter, "ratio", "check")]
     rows += ["%-16s %9.3f %9.3f %6.2f  %s" % (what, used, cpu, cpu / used if used else float("nan"),
@@ -120,8 +123,13 @@ def assert_cpu_is_true(got, measured, process_cpu_s):
 
     assert measured[BUSIEST] >= CHECKED_S, "the workload did not run:\n" + table
     for what, used, cpu, tol in checks:
-        if used >= CHECKED_S:
+        if used < CHECKED_S:
+            continue
+        if tol:
             assert abs(cpu - used) <= tol * used, "%s: %s\n%s" % (got.exporter, what, table)
+        else:
+            assert FRAME_FLOOR * used <= cpu <= (1 + TOLERANCE) * used, "%s: %s\n%s" % (
+                got.exporter, what, table)
     assert got.in_frame("only_sleeps") <= SLEEPER_MAX_S, "%s gives the sleeper CPU\n%s" % (got.exporter, table)
     assert got.total() <= process_cpu_s * (1 + EDGE_SLACK), "%s has more CPU than the process used\n%s" % (
         got.exporter, table)
