@@ -36,8 +36,10 @@ pub(crate) fn build(
     hidden: Option<&'static str>,
 ) -> (Boxed, WalkerHandles, String) {
     let version = PythonVersion::new(major, minor);
-    let mut config = WalkerConfig::default();
-    config.hidden_file_prefix = hidden;
+    let config = WalkerConfig {
+        hidden_file_prefix: hidden,
+        ..WalkerConfig::default()
+    };
     match PythonWalker::for_current_process_with(version, config, reads) {
         Ok(mut w) => {
             let with_context = context.is_some();
