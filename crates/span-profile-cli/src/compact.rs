@@ -146,14 +146,14 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
     if args.dry_run {
         for ((service, t), files) in &rollups {
             let (b, _) = t.bucket_ms();
-            println!(
+            outln!(
                 "{service}: {} file(s) -> {t:?} roll-up at {}",
                 files.len(),
                 crate::args::format_rfc3339(b * NS_PER_MS)
             );
         }
         let n: usize = deletes.iter().map(|(_, f)| f.len()).sum();
-        println!("{n} file(s) past the --daily horizon would be deleted");
+        outln!("{n} file(s) past the --daily horizon would be deleted");
         return Ok(());
     }
     for (_, files) in &deletes {
@@ -211,9 +211,9 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
             "unreadable_left": totals.unreadable, "stale_files_removed": stale,
             "seconds": secs,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!(
+        outln!(
             "compacted {} in {secs:.1} s: {} file(s), {} -> {} file(s), {}; {} window(s) rolled into {} hourly and {} daily; {} file(s) past the last horizon deleted",
             store.dir.display(), before.len(), mib(bytes_before), after.len(), mib(bytes_after),
             totals.rolled, totals.hourly, totals.daily, totals.deleted
@@ -225,7 +225,7 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
             );
         }
         if stale > 0 {
-            println!("removed {stale} file(s) left by killed writers (.tmp-* files and summaries without a window)");
+            outln!("removed {stale} file(s) left by killed writers (.tmp-* files and summaries without a window)");
         }
     }
     let errors = errors

@@ -123,10 +123,10 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
             "threshold": args.threshold,
             "regressions": grew,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(!grew.is_empty());
     }
-    println!(
+    outln!(
         "old {}: {} window(s), {} CPU samples; new {}: {} window(s), {} CPU samples",
         old_sum.selector,
         old_sum.windows,
@@ -136,7 +136,7 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
         new_sum.cpu_samples
     );
     for c in &grew {
-        println!(
+        outln!(
             "REGRESSION {}: {:.1}% -> {:.1}%",
             c.function,
             c.old_share * 100.0,
@@ -144,7 +144,7 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
         );
     }
     if grew.is_empty() {
-        println!(
+        outln!(
             "no frame's share of CPU grew by more than {:.1} points",
             args.threshold * 100.0
         );

@@ -59,9 +59,9 @@ pub(crate) fn run(store: &Store<'_>, args: &FlameArgs, json: bool) -> anyhow::Re
                 "samples": stacks.total,
                 "stacks": lines.len(),
             });
-            println!("{}", serde_json::to_string_pretty(&out)?);
+            outln!("{}", serde_json::to_string_pretty(&out)?);
         } else {
-            println!(
+            outln!(
                 "wrote {} ({what}: {} samples, {} stacks)",
                 args.output.display(),
                 stacks.total,

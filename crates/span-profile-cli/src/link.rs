@@ -69,12 +69,12 @@ pub(crate) fn run(args: &LinkArgs, json: bool) -> anyhow::Result<()> {
         t => custom(t, args)?,
     };
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "template": args.template, "link": link })
         );
     } else {
-        println!("{link}");
+        outln!("{link}");
     }
     Ok(())
 }

@@ -9,6 +9,23 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `println!` that returns [`Output`] instead of panicking when standard output is closed or
+/// full. Only inside a function that returns `anyhow::Result`.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::Output)?
+    }};
+}
+
+/// `print!` with the same error handling as [`outln!`].
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*).map_err($crate::Output)?
+    }};
+}
+
 mod args;
 mod compact;
 mod diff;
@@ -39,6 +56,12 @@ pub(crate) struct Empty(pub(crate) String);
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct Usage(pub(crate) String);
+
+/// Standard output could not be written: a reader that went away (`span-profile spans | head`)
+/// or a full disk. The exit code is 4; a closed pipe is not reported, as the reader is gone.
+#[derive(Debug, thiserror::Error)]
+#[error("could not write the output: {0}")]
+pub(crate) struct Output(#[from] pub(crate) std::io::Error);
 
 /// Query span-linked profiles in a span-profile file store.
 #[derive(Debug, Parser)]
@@ -137,9 +160,19 @@ fn main() -> ExitCode {
         Command::Compact { dir, args } => with_store(dir, threads, |s| compact::run(s, args, json)),
         Command::Overhead { args } => overhead::run(args, json),
     };
+    let result = result.and_then(|code| {
+        use std::io::Write as _;
+        std::io::stdout().flush().map_err(Output)?;
+        Ok(code)
+    });
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
+            if let Some(Output(io)) = e.downcast_ref::<Output>() {
+                if io.kind() == std::io::ErrorKind::BrokenPipe {
+                    return ExitCode::from(EXIT_FAILURE);
+                }
+            }
             let code = if e.is::<Empty>() {
                 EXIT_EMPTY
             } else if e.is::<Usage>() {

@@ -506,9 +506,9 @@ pub(crate) fn run(args: &OverheadArgs, json: bool) -> Result<u8> {
         budget_held,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", render(&report));
+        out!("{}", render(&report));
     }
     Ok(match budget_held {
         Some(false) => 1,

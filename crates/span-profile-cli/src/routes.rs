@@ -53,21 +53,23 @@ pub(crate) fn run(store: &Store<'_>, args: &RoutesArgs, json: bool) -> anyhow::R
             cpu_samples: tally.total,
             routes: &routes,
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{frame} costs {:.1}% of CPU; {:.0}% of that comes from {}",
         share * 100.0,
         routes[0].share_of_frame * 100.0,
         routes[0].route
     );
-    println!(
+    outln!(
         "{:>9} {:>9} {:>11}  route",
-        "of frame", "of CPU", "CPU samples"
+        "of frame",
+        "of CPU",
+        "CPU samples"
     );
     for r in &routes {
-        println!(
+        outln!(
             "{:>8.1}% {:>8.1}% {:>11}  {}",
             r.share_of_frame * 100.0,
             r.share_of_total * 100.0,

@@ -52,15 +52,19 @@ pub(crate) fn run(store: &Store<'_>, args: &SpansArgs, json: bool) -> anyhow::Re
         return Err(Empty("no ended spans match the selection".into()).into());
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        outln!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{:>10} {:>8}  {:<16}  {:<32}  {:<24}  name",
-        "duration", "samples", "span_id", "trace_id", "start"
+        "duration",
+        "samples",
+        "span_id",
+        "trace_id",
+        "start"
     );
     for s in &list {
-        println!(
+        outln!(
             "{:>10} {:>8}  {}  {}  {:<24}  {}",
             format_duration_ns(s.span.duration_ns().unwrap_or(0)),
             s.samples,

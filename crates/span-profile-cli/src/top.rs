@@ -67,7 +67,7 @@ pub(crate) fn run(store: &Store<'_>, args: &TopArgs, json: bool) -> anyhow::Resu
             frames: &frames,
             coverage: r.coverage,
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
     let share = if filter.span_id.is_none() && filter.trace_id.is_none() {
@@ -79,15 +79,15 @@ pub(crate) fn run(store: &Store<'_>, args: &TopArgs, json: bool) -> anyhow::Resu
     } else {
         String::new()
     };
-    println!("{header} -> {} samples{share}", r.samples);
+    outln!("{header} -> {} samples{share}", r.samples);
     for f in &frames {
-        println!("{:>7}  {}", f.total_samples, f.function);
+        outln!("{:>7}  {}", f.total_samples, f.function);
     }
     if let (Some(c), Some(d)) = (
         r.coverage,
         r.span.as_ref().and_then(SpanRecord::duration_ns),
     ) {
-        println!("{}", coverage_line(&c, d));
+        outln!("{}", coverage_line(&c, d));
     }
     Ok(())
 }
@@ -201,12 +201,12 @@ fn attribution(store: &Store<'_>, args: &TopArgs, json: bool) -> anyhow::Result<
             "cpu_samples": t.total,
             "by_top_level_frame": rows,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!("{what}: {} CPU samples, by top-level frame", t.total);
+    outln!("{what}: {} CPU samples, by top-level frame", t.total);
     for (frame, n) in rows {
-        println!("{:>6.1}% {n:>9}  {frame}", 100.0 * t.share(frame));
+        outln!("{:>6.1}% {n:>9}  {frame}", 100.0 * t.share(frame));
     }
     Ok(())
 }
