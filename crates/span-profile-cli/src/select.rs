@@ -29,10 +29,10 @@ pub(crate) struct WindowArgs {
     #[arg(long)]
     pub(crate) version: Option<String>,
     /// Only windows that end after this time: RFC 3339, `now`, or relative (`-2h`).
-    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    #[arg(long, value_parser = parse_time, value_name = "TIME", allow_hyphen_values = true)]
     pub(crate) since: Option<u64>,
     /// Only windows that start before this time: RFC 3339, `now`, or relative (`-30m`).
-    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    #[arg(long, value_parser = parse_time, value_name = "TIME", allow_hyphen_values = true)]
     pub(crate) until: Option<u64>,
 }
 
