@@ -63,14 +63,14 @@ pub(crate) fn run(store: &Store<'_>, args: &RoutesArgs, json: bool) -> anyhow::R
         routes[0].route
     );
     outln!(
-        "{:>9} {:>9} {:>11}  route",
+        "{:>10}  {:>8}  {:>11}  route",
         "of frame",
         "of CPU",
         "CPU samples"
     );
     for r in &routes {
         outln!(
-            "{:>8.1}% {:>8.1}% {:>11}  {}",
+            "{:>9.1}%  {:>7.1}%  {:>11}  {}",
             r.share_of_frame * 100.0,
             r.share_of_total * 100.0,
             r.cpu_samples,

@@ -14,6 +14,20 @@ fn parse_date_comes_mostly_from_checkout() {
     let first = out.lines().next().unwrap();
     assert!(first.starts_with("parse_date costs "), "{out}");
     assert!(first.ends_with("% of that comes from /checkout"), "{out}");
+    // The header's columns read apart ("of CPU CPU samples" ran together).
+    let header: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        header,
+        ["of frame", "of CPU", "CPU samples", "route"],
+        "{out}"
+    );
     let routes: Vec<&str> = out
         .lines()
         .skip(2)
