@@ -75,6 +75,15 @@ impl Tier {
             Tier::Delete => (0, 0),
         }
     }
+
+    /// The tier's name in the dry run's report.
+    fn name(self) -> &'static str {
+        match self {
+            Tier::Hourly(_) => "hourly",
+            Tier::Daily(_) => "daily",
+            Tier::Delete => "delete",
+        }
+    }
 }
 
 /// The tier of a window starting at `start_ms`, or `None` to keep it as it is. A bucket moves
@@ -144,15 +153,33 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
         .into_iter()
         .partition(|((_, t), _)| *t == Tier::Delete);
     if args.dry_run {
+        let n: usize = deletes.iter().map(|(_, f)| f.len()).sum();
+        if json {
+            let planned: Vec<_> = rollups
+                .iter()
+                .map(|((service, t), files)| {
+                    serde_json::json!({
+                        "service": service,
+                        "tier": t.name(),
+                        "bucket_start": crate::args::format_rfc3339(t.bucket_ms().0 * NS_PER_MS),
+                        "files": files.len(),
+                    })
+                })
+                .collect();
+            let out =
+                serde_json::json!({ "dry_run": true, "roll_ups": planned, "would_delete": n });
+            outln!("{}", serde_json::to_string_pretty(&out)?);
+            return Ok(());
+        }
         for ((service, t), files) in &rollups {
             let (b, _) = t.bucket_ms();
             outln!(
-                "{service}: {} file(s) -> {t:?} roll-up at {}",
+                "{service}: {} file(s) -> {} roll-up at {}",
                 files.len(),
+                t.name(),
                 crate::args::format_rfc3339(b * NS_PER_MS)
             );
         }
-        let n: usize = deletes.iter().map(|(_, f)| f.len()).sum();
         outln!("{n} file(s) past the --daily horizon would be deleted");
         return Ok(());
     }

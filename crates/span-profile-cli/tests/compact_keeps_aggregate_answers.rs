@@ -98,3 +98,46 @@ fn roll_ups_answer_as_the_windows_did() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_dry_run_plans_and_changes_nothing() {
+    let dir = TempDir::new("compact-dry");
+    record_checkout_in_windows(dir.path(), "1.0", Duration::from_millis(100));
+    let d = s(dir.path());
+    let raw = count_files(dir.path());
+    let policy = ["--full", "14d", "--hourly", "90d", "--daily", "400d"];
+    let dry = |now: &str, json_out: bool| {
+        let mut args = vec!["compact", d, "--now", now, "--dry-run"];
+        args.extend(policy);
+        if json_out {
+            args.push("--json");
+        }
+        run_ok(&args, 0)
+    };
+
+    let v = json(&dry("+15d", true));
+    assert_eq!(v["dry_run"], true, "{v}");
+    let planned = v["roll_ups"].as_array().unwrap();
+    assert!(!planned.is_empty(), "{v}");
+    assert!(
+        planned
+            .iter()
+            .all(|r| r["tier"] == "hourly" && r["service"] == "checkout"),
+        "{v}"
+    );
+    let files: u64 = planned.iter().map(|r| r["files"].as_u64().unwrap()).sum();
+    assert_eq!(
+        files, raw as u64,
+        "every window is planned into a roll-up: {v}"
+    );
+    assert_eq!(v["would_delete"], 0, "{v}");
+    assert_eq!(count_files(dir.path()), raw, "a dry run changes nothing");
+
+    let text = dry("+15d", false);
+    assert!(text.contains("-> hourly roll-up at "), "{text}");
+    assert!(!text.contains("Hourly("), "no Rust debug output: {text}");
+
+    let past = json(&dry("+500d", true));
+    assert_eq!(past["would_delete"].as_u64(), Some(raw as u64), "{past}");
+    assert_eq!(count_files(dir.path()), raw);
+}
