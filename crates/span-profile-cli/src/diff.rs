@@ -1,5 +1,6 @@
 //! `span-profile diff --old version=A --new version=B`: the post-deploy check.
 
+use crate::text::Shown;
 use serde::Serialize;
 use span_profile_core::query::{self, FrameChange, Tally};
 
@@ -138,7 +139,7 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
     for c in &grew {
         outln!(
             "REGRESSION {}: {:.1}% -> {:.1}%",
-            c.function,
+            Shown(&c.function),
             c.old_share * 100.0,
             c.new_share * 100.0
         );

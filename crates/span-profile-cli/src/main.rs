@@ -36,6 +36,7 @@ mod routes;
 mod select;
 mod spans;
 mod store;
+mod text;
 mod top;
 
 /// Exit code when `diff` finds a regression.

@@ -1,5 +1,6 @@
 //! `span-profile routes --frame F`: the reverse query, which routes produce a frame's CPU.
 
+use crate::text::Shown;
 use serde::Serialize;
 use span_profile_core::query::{self, RouteShare, Tally, WindowSummary};
 
@@ -57,10 +58,11 @@ pub(crate) fn run(store: &Store<'_>, args: &RoutesArgs, json: bool) -> anyhow::R
         return Ok(());
     }
     outln!(
-        "{frame} costs {:.1}% of CPU; {:.0}% of that comes from {}",
+        "{} costs {:.1}% of CPU; {:.0}% of that comes from {}",
+        Shown(frame),
         share * 100.0,
         routes[0].share_of_frame * 100.0,
-        routes[0].route
+        Shown(&routes[0].route)
     );
     outln!(
         "{:>10}  {:>8}  {:>11}  route",
@@ -74,7 +76,7 @@ pub(crate) fn run(store: &Store<'_>, args: &RoutesArgs, json: bool) -> anyhow::R
             r.share_of_frame * 100.0,
             r.share_of_total * 100.0,
             r.cpu_samples,
-            r.route
+            Shown(&r.route)
         );
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! `span-profile spans`: ended spans, slowest first, with their durations and sample counts.
 
+use crate::text::Shown;
 use span_profile_core::query::{SpanSummary, SpanTally};
 use span_profile_core::TraceId;
 
@@ -71,7 +72,7 @@ pub(crate) fn run(store: &Store<'_>, args: &SpansArgs, json: bool) -> anyhow::Re
             s.span.span_id,
             s.span.trace_id,
             format_rfc3339(s.span.start_unix_ns),
-            s.span.name
+            Shown(&s.span.name)
         );
     }
     Ok(())

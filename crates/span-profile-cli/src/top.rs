@@ -1,6 +1,7 @@
 //! `span-profile top`: the samples and top frames of a span, a trace, a route or a service,
 //! and a service's cost by top-level frame.
 
+use crate::text::Shown;
 use serde::Serialize;
 use span_profile_core::query::{self, Coverage, FrameCost, Report, Tally, WindowSummary};
 use span_profile_core::SpanRecord;
@@ -79,9 +80,9 @@ pub(crate) fn run(store: &Store<'_>, args: &TopArgs, json: bool) -> anyhow::Resu
     } else {
         String::new()
     };
-    outln!("{header} -> {} samples{share}", r.samples);
+    outln!("{} -> {} samples{share}", Shown(&header), r.samples);
     for f in &frames {
-        outln!("{:>7}  {}", f.total_samples, f.function);
+        outln!("{:>7}  {}", f.total_samples, Shown(&f.function));
     }
     if let (Some(c), Some(d)) = (
         r.coverage,
@@ -206,7 +207,7 @@ fn attribution(store: &Store<'_>, args: &TopArgs, json: bool) -> anyhow::Result<
     }
     outln!("{what}: {} CPU samples, by top-level frame", t.total);
     for (frame, n) in rows {
-        outln!("{:>6.1}% {n:>9}  {frame}", 100.0 * t.share(frame));
+        outln!("{:>6.1}% {n:>9}  {}", 100.0 * t.share(frame), Shown(frame));
     }
     Ok(())
 }
