@@ -111,3 +111,44 @@ fn bad_values_show_the_expected_form() {
         assert!(stderr(&o).contains(expected), "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn a_zero_byte_window_is_unreadable_and_compact_leaves_it() {
+    let dir = TempDir::new("zero-byte");
+    record_checkout(dir.path(), "1.0");
+    let d = s(dir.path());
+    let window = window_files(dir.path()).into_iter().next().unwrap();
+    // Named as the real window is, with another sequence number: the same start time.
+    let name = window.file_name().unwrap().to_str().unwrap();
+    let (start, _) = name.split_once('-').unwrap();
+    let empty = window
+        .parent()
+        .unwrap()
+        .join(format!("{start}-test-902.pb.gz"));
+    fs::write(&empty, b"").unwrap();
+
+    let o = run(&["spans", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("-test-902.pb.gz") && err.contains("no string table"),
+        "{err}"
+    );
+
+    // Past every horizon but --daily's: the real window rolls up; the empty file is no window
+    // and is left where it is, not rolled into an `unknown_service` roll-up.
+    let o = run(&[
+        "compact", d, "--now", "+100d", "--full", "14d", "--hourly", "90d", "--daily", "400d",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(empty.exists(), "the unreadable file is kept");
+    let services: Vec<String> = fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    assert!(
+        !services.iter().any(|n| n.contains("unknown_service")),
+        "{services:?}"
+    );
+}

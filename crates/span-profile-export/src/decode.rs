@@ -35,6 +35,10 @@ pub enum DecodeError {
     /// The bytes are not a pprof `Profile` message.
     #[error("not a pprof profile: protobuf decoding failed ({0}); the file may be truncated, or not pprof")]
     Protobuf(#[source] prost::DecodeError),
+    /// No string table at all: every pprof profile has one, starting with `""`. What decodes
+    /// to this is a zero-byte file, a gzip stream of nothing, or bytes that are not a profile.
+    #[error("not a pprof profile: it has no string table (a zero-byte or cut-off file?)")]
+    Empty,
     /// `string_table[0]` is not the empty string, as pprof requires.
     #[error("string_table[0] must be the empty string, found {0:?}")]
     StringTableStart(String),
@@ -159,6 +163,9 @@ fn unsigned(v: i64) -> u64 {
 }
 
 pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError> {
+    if msg.string_table.is_empty() {
+        return Err(DecodeError::Empty);
+    }
     if let Some(first) = msg.string_table.first().filter(|s| !s.is_empty()) {
         return Err(DecodeError::StringTableStart(first.clone()));
     }

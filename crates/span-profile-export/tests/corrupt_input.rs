@@ -130,6 +130,21 @@ fn out_of_range_indices_are_named() {
 }
 
 #[test]
+fn zero_bytes_and_an_empty_gzip_stream_are_not_an_empty_window() {
+    // A zero-byte file (a writer killed before its first byte) once read as a valid window with
+    // no samples, which `compact` then rolled into a phantom `unknown_service` roll-up.
+    assert!(matches!(decode_pprof(&[]), Err(DecodeError::Empty)));
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.flush().unwrap();
+    let empty_gzip = gz.finish().unwrap();
+    assert!(matches!(decode_pprof(&empty_gzip), Err(DecodeError::Empty)));
+    // The smallest real profile still decodes.
+    let mut m = valid();
+    m.sample.clear();
+    assert!(decode_pprof(&m.encode_to_vec()).is_ok());
+}
+
+#[test]
 fn bad_ids_and_meta_are_named() {
     let mut m = valid();
     let span_value = m.sample[0].label[1].str as usize;
