@@ -152,3 +152,34 @@ fn a_zero_byte_window_is_unreadable_and_compact_leaves_it() {
         "{services:?}"
     );
 }
+
+#[test]
+fn non_utf8_folders_and_windows_are_named_in_the_warning() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = TempDir::new("non-utf8");
+    record_checkout(dir.path(), "1.0");
+    let d = s(dir.path());
+    let good = run_ok(&["spans", d], 0);
+    let window = window_files(dir.path()).into_iter().next().unwrap();
+    let day = window.parent().unwrap();
+    fs::create_dir(dir.path().join(std::ffi::OsStr::from_bytes(b"svc-\xff"))).unwrap();
+    fs::copy(
+        &window,
+        day.join(std::ffi::OsStr::from_bytes(b"1-\xfe-1.pb.gz")),
+    )
+    .unwrap();
+    // Not something the store would hold: no note.
+    fs::write(
+        day.join(std::ffi::OsStr::from_bytes(b"notes-\xfe.txt")),
+        b"x",
+    )
+    .unwrap();
+
+    let o = run(&["spans", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), good, "the answer leaves them out");
+    let err = stderr(&o);
+    assert!(err.contains("skipped 2 unreadable file(s)"), "{err}");
+    assert!(err.matches("name is not UTF-8").count() == 2, "{err}");
+    assert!(!err.contains("notes-"), "{err}");
+}

@@ -161,6 +161,13 @@ pub enum StoreError {
         /// The limit.
         limit: u64,
     },
+    /// A service or day folder, or a window file, whose name is not UTF-8. The store writes
+    /// only ASCII names ([`sanitize_component`]), so something else put it there.
+    #[error("{} is skipped: its name is not UTF-8, so span-profile did not write it (rename or remove it)", path.display())]
+    NotUtf8 {
+        /// The path.
+        path: PathBuf,
+    },
     /// A file is not a decodable profile (truncated, corrupt, or not pprof).
     #[error("cannot decode {}: {source}", path.display())]
     Decode {
@@ -347,10 +354,13 @@ impl FileStore {
         let want_service = filter.service.as_deref().map(sanitize_component);
         let since_day = filter.since_unix_ns.map(|t| t / NS_PER_DAY);
         let until_day = filter.until_unix_ns.map(|t| t / NS_PER_DAY);
-        for service in read_dir_names(dir).map_err(|source| StoreError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })? {
+        let (services, odd) =
+            read_dir_listing(dir, |p| p.is_dir()).map_err(|source| StoreError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        skipped.extend(odd.into_iter().map(not_utf8_skip));
+        for service in services {
             if want_service.as_ref().is_some_and(|w| *w != service) {
                 continue;
             }
@@ -358,8 +368,11 @@ impl FileStore {
             if !service_dir.is_dir() {
                 continue;
             }
-            let days = match read_dir_names(&service_dir) {
-                Ok(d) => d,
+            let days = match read_dir_listing(&service_dir, |p| p.is_dir()) {
+                Ok((d, odd)) => {
+                    skipped.extend(odd.into_iter().map(not_utf8_skip));
+                    d
+                }
                 Err(source) => {
                     skipped.push(io_skip(service_dir, source));
                     continue;
@@ -376,8 +389,11 @@ impl FileStore {
                 if !day_dir.is_dir() {
                     continue;
                 }
-                let names = match read_dir_names(&day_dir) {
-                    Ok(n) => n,
+                let names = match read_dir_listing(&day_dir, looks_stored) {
+                    Ok((n, odd)) => {
+                        skipped.extend(odd.into_iter().map(not_utf8_skip));
+                        n
+                    }
                     Err(source) => {
                         skipped.push(io_skip(day_dir, source));
                         continue;
@@ -633,16 +649,52 @@ fn io_skip(path: PathBuf, source: io::Error) -> SkippedFile {
 
 /// Names in a directory that are valid UTF-8 and do not start with `.`.
 fn read_dir_names(dir: &Path) -> io::Result<Vec<String>> {
-    let mut names = Vec::new();
+    read_dir_listing(dir, |_| false).map(|(names, _)| names)
+}
+
+/// [`read_dir_names`], and the paths of the entries whose names are not UTF-8 and that
+/// `report` picks out (those that look like what the store holds at this level).
+fn read_dir_listing(
+    dir: &Path,
+    report: impl Fn(&Path) -> bool,
+) -> io::Result<(Vec<String>, Vec<PathBuf>)> {
+    let (mut names, mut not_utf8) = (Vec::new(), Vec::new());
     for entry in fs::read_dir(dir)? {
-        let Ok(name) = entry?.file_name().into_string() else {
-            continue;
-        };
-        if !name.starts_with('.') {
-            names.push(name);
+        let entry = entry?;
+        match entry.file_name().into_string() {
+            Ok(name) if !name.starts_with('.') => names.push(name),
+            Ok(_) => {}
+            Err(raw) => {
+                let path = dir.join(raw);
+                if !raw_starts_with_dot(&path) && report(&path) {
+                    not_utf8.push(path);
+                }
+            }
         }
     }
-    Ok(names)
+    Ok((names, not_utf8))
+}
+
+fn raw_starts_with_dot(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    path.file_name()
+        .is_some_and(|n| n.as_bytes().starts_with(b"."))
+}
+
+/// A non-UTF-8 entry worth a note: a folder, or a file named like a window.
+fn looks_stored(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    path.is_dir()
+        || path
+            .file_name()
+            .is_some_and(|n| n.as_bytes().ends_with(FILE_SUFFIX.as_bytes()))
+}
+
+fn not_utf8_skip(path: PathBuf) -> SkippedFile {
+    SkippedFile {
+        error: StoreError::NotUtf8 { path: path.clone() },
+        path,
+    }
 }
 
 fn in_range(filter: &StoreFilter, start_ms: u64) -> bool {
