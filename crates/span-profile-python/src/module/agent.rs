@@ -510,6 +510,7 @@ impl NativeAgent {
     /// `ActiveSpan` on it (for the context hook) and sets `pyroscope.profile.id`. Never raises;
     /// failures are counted in `hook_errors`.
     fn on_start(&self, span: &Bound<'_, PyAny>) {
+        self.span_objects.span_boundary();
         if self.try_on_start(span).is_err() {
             self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -518,6 +519,7 @@ impl NativeAgent {
     /// `SpanProcessor.on_end`, natively: records the end time (and a root's `http.route`).
     /// Never raises.
     fn on_end(&self, span: &Bound<'_, PyAny>) {
+        self.span_objects.span_boundary();
         if self.try_on_end(span).is_err() {
             self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -526,6 +528,7 @@ impl NativeAgent {
     /// `SpanProcessor._on_ending`, natively: records the end and sets the link of a span that
     /// may have samples. Never raises.
     fn on_ending(&self, span: &Bound<'_, PyAny>) {
+        self.span_objects.span_boundary();
         if self.try_on_ending(span).is_err() {
             self.counters.hook_errors.fetch_add(1, Ordering::Relaxed);
         }

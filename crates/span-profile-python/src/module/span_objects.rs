@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
-use crate::walker::{Insert, SpanObjectTable};
+use crate::walker::{current_thread_id, Insert, SpanObjectTable};
 use span_profile_core::ActiveSpan;
 
 /// Most span objects listed at once; a span started beyond it is not listed (its samples carry
@@ -84,6 +84,13 @@ impl SpanObjects {
     /// The lock-free table the walker reads.
     pub(crate) fn table(&self) -> Arc<SpanObjectTable> {
         self.table.clone()
+    }
+
+    /// Counts a span starting or ending on this thread, for the sampler
+    /// ([`SpanObjectTable::span_boundary`]). The SDK calls `on_start` before the span becomes
+    /// current and `_on_ending`/`on_end` after it stops being current.
+    pub(crate) fn span_boundary(&self) {
+        self.table.span_boundary(current_thread_id());
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {

@@ -691,6 +691,9 @@ pub(crate) struct ContextReader {
     /// The span and task found by a full lookup before the frames were copied
     /// ([`ContextReader::look_before`]); the lookup after the copy must find the same.
     before_found: Option<(Option<ActiveSpan>, Option<u32>)>,
+    /// The thread's span-boundary count read before its frames were copied
+    /// ([`SpanObjectTable::span_boundaries`]): the thread id and the count.
+    before_boundaries: Option<(u64, u64)>,
     /// Set while [`ContextReader::look_before`] looks up: its misses are not counted twice.
     quiet: bool,
     /// The context last seen on each thread state, direct-mapped: lets [`ContextReader::before`]
@@ -723,6 +726,7 @@ impl ContextReader {
             before: NOT_READ,
             before_vars: NOT_READ,
             before_found: None,
+            before_boundaries: None,
             quiet: false,
             last_ctx: Box::new([(0, 0); CTX_CACHE]),
         }
@@ -791,6 +795,15 @@ impl ContextReader {
         self.before = NOT_READ;
         self.before_vars = NOT_READ;
         self.before_found = None;
+        self.before_boundaries = None;
+    }
+
+    /// The span boundaries counted so far on the thread whose `tstate->thread_id` is
+    /// `thread_id`, if the span processor counts them; hand it to
+    /// [`ContextReader::expect_after`] with what [`ContextReader::look_before`] found.
+    pub(crate) fn span_boundaries(&self, thread_id: u64) -> Option<(u64, u64)> {
+        let table = self.span_objects.as_ref()?;
+        Some((thread_id, table.span_boundaries(thread_id)))
     }
 
     /// Looks the thread's span and task up in full, before its frame pointer is read and its
@@ -821,10 +834,26 @@ impl ContextReader {
         found.ok()
     }
 
-    /// The lookup after the copy must find what [`ContextReader::look_before`] found, or the
-    /// sample is dropped as switched.
-    pub(crate) fn expect_after(&mut self, found: Option<(Option<ActiveSpan>, Option<u32>)>) {
+    /// The lookup after the copy must find what [`ContextReader::look_before`] found, and no
+    /// span may have started or ended on the thread since `boundaries` was read
+    /// ([`ContextReader::span_boundaries`]), or the sample is dropped as switched. The second
+    /// catches what the first cannot: a span that started and ended during the copy leaves
+    /// the same span (or none) current on both sides, but its frames may be in the copy.
+    pub(crate) fn expect_after(
+        &mut self,
+        found: Option<(Option<ActiveSpan>, Option<u32>)>,
+        boundaries: Option<(u64, u64)>,
+    ) {
         self.before_found = found;
+        self.before_boundaries = boundaries;
+    }
+
+    /// A span started or ended on the thread since `before` ([`ContextReader::span_boundaries`]).
+    fn crossed_boundary(&self, before: Option<(u64, u64)>) -> bool {
+        match (before, &self.span_objects) {
+            (Some((thread_id, n)), Some(table)) => table.span_boundaries(thread_id) != n,
+            _ => false,
+        }
     }
 
     /// The span and task of the context entered on the thread state at `tstate`. Never
@@ -832,6 +861,7 @@ impl ContextReader {
     pub(crate) fn resolve(&mut self, reader: &dyn MemoryReader, tstate: u64) -> ContextSpan {
         self.has_task = false;
         self.task_id = None;
+        let boundaries = self.before_boundaries.take();
         let (Some(off), Some(target)) = (self.tstate_context, self.target) else {
             return ContextSpan::Unknown;
         };
@@ -842,8 +872,11 @@ impl ContextReader {
         }
         bump(&self.counters.lookups);
         let before = self.before_found.take();
-        match self.lookup(reader, tstate, off, &target) {
-            Ok(found) if before.is_some_and(|b| b != found) => {
+        let found = self.lookup(reader, tstate, off, &target);
+        // Read after the lookup: a span that ends while it reads is seen.
+        let crossed = self.crossed_boundary(boundaries);
+        match found {
+            Ok(found) if crossed || before.is_some_and(|b| b != found) => {
                 bump(&self.counters.switched);
                 ContextSpan::Switched
             }
@@ -864,7 +897,7 @@ impl ContextReader {
             }
             // Read whole before the copy and torn after it: changed while it was read (a
             // HAMT freed under the reader) rather than never readable.
-            Err(_) if before.is_some() => {
+            Err(_) if before.is_some() || crossed => {
                 bump(&self.counters.switched);
                 ContextSpan::Switched
             }
@@ -1418,17 +1451,20 @@ mod tests {
         ));
     }
 
+    /// OpenTelemetry's context variable in the images of the tests below.
+    const OTEL: OtelTarget = OtelTarget {
+        var: 0x7000,
+        hash: 0x55,
+        context_type: OTEL_CONTEXT_TYPE,
+        span_key: SPAN_KEY,
+    };
+
     #[test]
     fn the_span_comes_from_opentelemetrys_context_when_our_processor_started_it() {
         let mut m = Image::new();
         let version = PythonVersion::new(3, 12);
         let off = tstate_context(version).unwrap();
-        let otel = OtelTarget {
-            var: 0x7000,
-            hash: 0x55,
-            context_type: OTEL_CONTEXT_TYPE,
-            span_key: SPAN_KEY,
-        };
+        let otel = OTEL;
         let slot_var = SlotVar {
             var: 0x5000,
             hash: 0x1111_2222_3333_4444,
@@ -1507,5 +1543,67 @@ mod tests {
         let ts = m.alloc(&tstate);
         assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown);
         assert_eq!(r.counters.snapshot().invalid, 1);
+    }
+
+    /// A span that starts and ends while a thread's frames are copied leaves no span current
+    /// both before and after the copy, and its context's variables may even be reallocated at
+    /// their old address; but its frames may be in the copy. The span processor counts the
+    /// boundary, and the sample is dropped as switched.
+    #[test]
+    fn a_span_that_began_and_ended_during_the_copy_drops_the_sample() {
+        let mut m = Image::new();
+        let version = PythonVersion::new(3, 12);
+        let off = tstate_context(version).unwrap();
+        let otel = OTEL;
+        // A thread with no span current: its context holds an empty OpenTelemetry Context.
+        let ctx_dict = m.dict(DictLayout::Py311, OTEL_CONTEXT_TYPE, &[], false);
+        let root = m.bitmap(&[(idx(hamt_hash(otel.hash), 0), otel.var, ctx_dict)]);
+        let hamt = m.alloc(&[1, TYPES.hamt, root, 0, 1]);
+        let ctx = m.alloc(&[1, TYPES.context, 0, hamt, 0, 0]);
+        let mut tstate = vec![0u64; off / 8 + 2];
+        tstate[off / 8] = ctx;
+        let ts = m.alloc(&tstate);
+        let (me, other) = (0x7f00_1234_5700u64, 0x7f00_9876_5700u64);
+        let table = Arc::new(SpanObjectTable::with_slots(64));
+
+        let mut r = ContextReader::new(version);
+        r.target = Some(ContextTarget {
+            types: TYPES,
+            otel,
+            span: SlotVar::default(),
+            task: SlotVar::default(),
+        });
+        r.span_objects = Some(table.clone());
+        let copy = |r: &mut ContextReader, during: &dyn Fn()| {
+            let boundaries = r.span_boundaries(me);
+            let found = r.look_before(&m.mem, ts);
+            during();
+            r.expect_after(found, boundaries);
+            r.resolve(&m.mem, ts)
+        };
+
+        assert_eq!(copy(&mut r, &|| {}), ContextSpan::Known(None));
+        // A span started and ended on the thread: the same context on both sides.
+        let both = || {
+            table.span_boundary(me);
+            table.span_boundary(me);
+        };
+        assert_eq!(copy(&mut r, &both), ContextSpan::Switched);
+        assert_eq!(r.counters.snapshot().switched, 1);
+        // Only the end of a span seen before the copy began.
+        assert_eq!(
+            copy(&mut r, &|| table.span_boundary(me)),
+            ContextSpan::Switched
+        );
+        // Another thread's spans do not drop this thread's samples (unless their ids share a
+        // counter, which these do not).
+        assert_ne!(table.span_boundaries(other), table.span_boundaries(me));
+        assert_eq!(
+            copy(&mut r, &|| table.span_boundary(other)),
+            ContextSpan::Known(None)
+        );
+        // A resolve with no count before it (a thread that did not run) does not compare.
+        table.span_boundary(me);
+        assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Known(None));
     }
 }

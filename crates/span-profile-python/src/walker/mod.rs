@@ -77,7 +77,7 @@ pub use layout::{LayoutError, PythonVersion};
 pub use memory::{FakeMemory, MemoryReader, ProcessVmReader, ReadError, ReadExt, MAX_READ};
 pub use object_table::{Insert, SpanObjectTable, OBJECT_PROBE};
 pub use objects::TypeAddresses;
-pub use threads::{ThreadRegistry, MAX_REGISTERED_THREADS, MAX_THREAD_NAME};
+pub use threads::{current_thread_id, ThreadRegistry, MAX_REGISTERED_THREADS, MAX_THREAD_NAME};
 pub use walk::{
     find_runtime, PythonWalker, SetupError, Target, WalkerConfig, WalkerCounters, WalkerStats,
 };

@@ -17,6 +17,12 @@
 //! the objects in use map to a few runs of slots and the table touches a few of its pages,
 //! not all of them. The address bits above the table's span are mixed into the home, so
 //! pools at the same offset of different address blocks do not pile up on the same slots.
+//!
+//! **Span boundaries.** The table also counts, per thread, the spans started and ended on it
+//! ([`SpanObjectTable::span_boundary`]). The sampler reads the count before and after it copies
+//! a thread's frames: if it moved, a span began or ended during the copy, and the frames may
+//! belong to a span that the context read before and after it no longer shows (the context's
+//! variables freed and reallocated at the same address: no span, a span, no span again).
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -28,6 +34,15 @@ pub const OBJECT_PROBE: usize = 8;
 const READ_ATTEMPTS: usize = 4;
 /// Python objects are 16-byte aligned: the low four address bits carry nothing.
 const ALIGN_BITS: u32 = 4;
+/// Span-boundary counters, each thread's chosen by a hash of its id. Threads that share one
+/// only drop more samples (a boundary on one looks like a boundary on the other), never fewer.
+const BOUNDARY_SLOTS: usize = 256;
+
+/// One thread's span-boundary count, on its own cache line: the threads that bump them do not
+/// share lines.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Boundaries(AtomicU64);
 
 /// One listed object. Zero in every word is an empty slot.
 #[derive(Debug)]
@@ -133,6 +148,7 @@ pub struct SpanObjectTable {
     /// log2 of the slot count.
     bits: u32,
     contended: AtomicU64,
+    boundaries: Box<[Boundaries]>,
 }
 
 impl SpanObjectTable {
@@ -146,7 +162,30 @@ impl SpanObjectTable {
             mask: n - 1,
             bits: n.trailing_zeros(),
             contended: AtomicU64::new(0),
+            boundaries: (0..BOUNDARY_SLOTS).map(|_| Boundaries::default()).collect(),
         }
+    }
+
+    /// Counts a span started or ended on the thread whose `threading.get_ident()` (its
+    /// `pthread_t`, `tstate->thread_id`) is `thread_id`. Call it before the span becomes
+    /// current and after it stops being current: lock-free, one atomic add.
+    pub fn span_boundary(&self, thread_id: u64) {
+        // Release: the sampler that sees the new count also sees the span's start or end.
+        self.boundary_slot(thread_id)
+            .fetch_add(1, Ordering::Release);
+    }
+
+    /// The span boundaries counted on `thread_id`'s counter so far (shared with the threads
+    /// whose ids hash alike). Equal before and after a copy of the thread's frames: no span
+    /// of its started or ended in between.
+    pub fn span_boundaries(&self, thread_id: u64) -> u64 {
+        self.boundary_slot(thread_id).load(Ordering::Acquire)
+    }
+
+    fn boundary_slot(&self, thread_id: u64) -> &AtomicU64 {
+        // `pthread_t`s are addresses of similarly aligned blocks: mix every bit in.
+        let i = (thread_id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % BOUNDARY_SLOTS;
+        &self.boundaries[i].0
     }
 
     /// Where the slots are: their first byte and their length in bytes (to measure how much

@@ -178,6 +178,13 @@ impl std::fmt::Write for NameBuf {
 /// through the memory reader, so a wrong guess yields a wrong tid, never a fault.
 const GLIBC_PTHREAD_TID_OFFSET: u64 = 0x2d0;
 
+/// The calling thread's id as CPython keeps it: `threading.get_ident()` and
+/// `tstate->thread_id` are its `pthread_self()`.
+pub fn current_thread_id() -> u64 {
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    unsafe { libc::pthread_self() as u64 }
+}
+
 /// Checks that this process's `pthread_self()` has its tid at the expected offset.
 pub(crate) fn verify_pthread_tid_offset(reader: &dyn MemoryReader) -> bool {
     // SAFETY: (1) pthread_self and gettid have no preconditions and cannot fail.

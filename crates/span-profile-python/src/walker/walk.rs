@@ -729,10 +729,14 @@ impl<R: MemoryReader> PythonWalker<R> {
     /// variables, in one syscall. The span read after the copy is then compared with a
     /// context read at the same instant as the frame pointer the copy starts from, so a
     /// span entered or left in between drops the sample instead of mislabelling it.
+    ///
+    /// The thread's span-boundary count is read first of all, so that a span started or
+    /// ended at any point of the copy drops the sample too.
     fn refresh_before_walk(&mut self, t: &mut ThreadRef) {
+        let boundaries = self.ctx.span_boundaries(t.thread_id);
         let found = self.ctx.look_before(&self.reader, t.tstate);
         self.refresh_pointers(t);
-        self.ctx.expect_after(found);
+        self.ctx.expect_after(found, boundaries);
     }
 
     /// [`Self::refresh_before_walk`] but for the full lookup before it.
