@@ -660,13 +660,17 @@ fn read_dir_listing(
 ) -> io::Result<(Vec<String>, Vec<PathBuf>)> {
     let (mut names, mut not_utf8) = (Vec::new(), Vec::new());
     for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        match entry.file_name().into_string() {
-            Ok(name) if !name.starts_with('.') => names.push(name),
-            Ok(_) => {}
-            Err(raw) => {
-                let path = dir.join(raw);
-                if !raw_starts_with_dot(&path) && report(&path) {
+        let raw = entry?.file_name();
+        // A lossy copy is enough to tell a hidden name or a window's suffix.
+        let lossy = raw.to_string_lossy();
+        if lossy.starts_with('.') {
+            continue;
+        }
+        match raw.to_str() {
+            Some(name) => names.push(name.to_owned()),
+            None => {
+                let path = dir.join(&raw);
+                if report(&path) {
                     not_utf8.push(path);
                 }
             }
@@ -675,19 +679,12 @@ fn read_dir_listing(
     Ok((names, not_utf8))
 }
 
-fn raw_starts_with_dot(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt as _;
-    path.file_name()
-        .is_some_and(|n| n.as_bytes().starts_with(b"."))
-}
-
 /// A non-UTF-8 entry worth a note: a folder, or a file named like a window.
 fn looks_stored(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt as _;
     path.is_dir()
         || path
             .file_name()
-            .is_some_and(|n| n.as_bytes().ends_with(FILE_SUFFIX.as_bytes()))
+            .is_some_and(|n| n.to_string_lossy().ends_with(FILE_SUFFIX))
 }
 
 fn not_utf8_skip(path: PathBuf) -> SkippedFile {
