@@ -80,7 +80,7 @@ note "building the span_profile wheels"
 interpreters=()
 for py in "${found[@]}"; do interpreters+=(-i "$py"); done
 # The Cargo profile (`wheel`: release with LTO) comes from pyproject.toml.
-"$build_venv/bin/maturin" build --quiet \
+"$build_venv/bin/maturin" build --quiet --locked \
     -m "$ROOT/crates/span-profile-python/Cargo.toml" "${interpreters[@]}" --out "$WHEELS"
 
 # The wheel built for an interpreter (its cpXY tag).

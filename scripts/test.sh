@@ -2,8 +2,10 @@
 # The whole test suite, from a fresh clone of this kind of machine (what .ci/run calls):
 #   1. installs what the tests need and the machine may lack: Go (for `go tool pprof`),
 #      Chromium (flame-graph check); the Python side installs its own venvs;
-#   2. cargo fmt --check and clippy -D warnings on every target and feature;
-#   3. the Rust tests (nextest, each test in its own process) and the doctests;
+#   2. cargo fmt --check and clippy -D warnings on every target and feature (every cargo
+#      command --locked: Cargo.lock is what is tested);
+#   3. the Rust tests (nextest, each test in its own process), the docs (-D warnings) and the
+#      doctests;
 #   4. the criterion benches once each, as a smoke test (not timed);
 #   5. the Python specs on every CPython 3.9-3.13 (scripts/test-python.sh), run before the
 #      Rust tests because those use the venvs it builds.
@@ -64,7 +66,7 @@ cargo fmt --all -- --check
 done_stage
 
 step "cargo clippy (all targets, all features) -D warnings"
-cargo clippy --workspace --all-targets --all-features -- -D warnings
+cargo clippy --locked --workspace --all-targets --all-features -- -D warnings
 done_stage
 
 # The Python specs first: they build the span_profile wheel and the venvs under target/venvs
@@ -78,23 +80,27 @@ fi
 step "Rust tests"
 FEATURES=(--features span-profile-core/otel)
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --workspace "${FEATURES[@]}" --no-fail-fast
+    cargo nextest run --locked --workspace "${FEATURES[@]}" --no-fail-fast
 else
-    cargo test --workspace "${FEATURES[@]}" --no-fail-fast
+    cargo test --locked --workspace "${FEATURES[@]}" --no-fail-fast
 fi
 done_stage
 
 step "native walker with frame pointers (full call paths)"
 RUSTFLAGS="$RUSTFLAGS -C force-frame-pointers=yes" CARGO_TARGET_DIR="$ROOT/target/fp" \
-    cargo test -p span-profile-native
+    cargo test --locked -p span-profile-native
+done_stage
+
+step "cargo doc (libraries, -D warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --lib --no-deps --all-features
 done_stage
 
 step "doctests"
-cargo test --workspace --doc "${FEATURES[@]}"
+cargo test --locked --workspace --doc "${FEATURES[@]}"
 done_stage
 
 step "bench smoke (each bench once, untimed)"
-cargo test -p span-profile-benches --benches
+cargo test --locked -p span-profile-benches --benches
 done_stage
 
 

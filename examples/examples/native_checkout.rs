@@ -46,7 +46,7 @@ fn price_line(item: u32, promo_dates: &[String]) -> u64 {
     let mut cents = u64::from(item) * 199;
     for date in promo_dates {
         if let Some((_, m, d)) = parse_date(date) {
-            if (m + d + item) % 7 == 0 {
+            if (m + d + item).is_multiple_of(7) {
                 cents = cents * 9 / 10;
             }
         }

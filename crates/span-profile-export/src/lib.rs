@@ -35,10 +35,8 @@
 //! - `pyroscope` (default): the Pyroscope exporter (pulls in `ureq` with rustls).
 //! - `otlp` (default): the OTLP profiles exporter (pulls in `ureq` and `opentelemetry-proto`).
 //!
-//! MSRV: the workspace's `rust-version` (1.85); raising it is a minor-version change.
+//! MSRV: the workspace's `rust-version` (1.95, the toolchain CI tests); raising it is a minor-version change.
 #![forbid(unsafe_code)]
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
-#![deny(rustdoc::broken_intra_doc_links)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod civil;

@@ -2,7 +2,6 @@
 //! [`CountingAllocator`]. Not part of the public default path: depend on it only in tests,
 //! benches and examples.
 #![forbid(unsafe_code)]
-#![warn(missing_docs, missing_debug_implementations)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

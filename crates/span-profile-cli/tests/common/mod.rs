@@ -1,7 +1,8 @@
 //! Shared by the end-to-end tests: a store written by the real pipeline (core `Profiler` with
 //! a walker, the `FileStore` exporter, spans started in the span table and entered in the
 //! registry), and a way to run the built binary.
-#![allow(dead_code)]
+// Shared by several test binaries, each using some of it: `pub`, and no dead-code warnings.
+#![allow(dead_code, unreachable_pub)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,5 +1,6 @@
 //! Profiles built by hand, shared by the integration tests.
-#![allow(dead_code)]
+// Shared by several test binaries, each using some of it: `pub`, and no dead-code warnings.
+#![allow(dead_code, unreachable_pub)]
 
 use std::sync::Arc;
 

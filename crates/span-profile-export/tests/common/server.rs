@@ -1,6 +1,7 @@
 //! A real HTTP/1.1 server on loopback for the exporter tests: it records every request and
 //! answers as the test's handler says (a status, a hang, or a dropped connection).
-#![allow(dead_code)]
+// Shared by several test binaries, each using some of it: `pub`, and no dead-code warnings.
+#![allow(dead_code, unreachable_pub)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

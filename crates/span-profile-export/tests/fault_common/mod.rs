@@ -1,5 +1,6 @@
 //! Helpers shared by the file-store fault tests (`fault_*.rs`).
-#![allow(dead_code)]
+// Shared by several test binaries, each using some of it: `pub`, and no dead-code warnings.
+#![allow(dead_code, unreachable_pub)]
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
 //! Shared test helpers: a sink that keeps every sample, symbolized.
-#![allow(dead_code)]
+// Shared by several test binaries, each using some of it: `pub`, and no dead-code warnings.
+#![allow(dead_code, unreachable_pub)]
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

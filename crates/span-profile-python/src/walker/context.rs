@@ -373,7 +373,8 @@ pub enum ContextError {
     Invalid,
     /// Deeper than a HAMT can be.
     TooDeep,
-    /// The thread entered another context since [`ContextReader::before`].
+    /// The thread entered another context, or a span started or ended on it, while its frames
+    /// were copied.
     Switched,
 }
 
@@ -528,7 +529,7 @@ const DICT_HEAD: usize = 48;
 pub const MAX_CONTEXT_ENTRIES: u64 = 32;
 
 /// The value stored under `key` (an object address, compared by identity) in the combined
-/// `dict` whose first [`DICT_HEAD`] bytes are `head`, by a scan of its entries. `Ok(None)`:
+/// `dict` whose first `DICT_HEAD` bytes are `head`, by a scan of its entries. `Ok(None)`:
 /// not there. A split table, an implausible size or more than [`MAX_CONTEXT_ENTRIES`] entries
 /// is [`ContextError::Invalid`].
 pub fn dict_find(
@@ -1048,8 +1049,8 @@ impl ContextReader {
 
 impl<R: MemoryReader> PythonWalker<R> {
     /// Reads each sampled thread's span (and asyncio task name) from the context running on
-    /// it, as described in the [module docs](self). Samples whose context cannot be read keep
-    /// using the registry.
+    /// it (ADR 0011; the design is in `walker/context.rs`'s module docs). Samples whose context
+    /// cannot be read keep using the registry.
     pub fn with_context(mut self, target: ContextTarget) -> Self {
         self.ctx.target = Some(target);
         self

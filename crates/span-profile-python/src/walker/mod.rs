@@ -46,8 +46,6 @@
 //! # Ok::<(), span_profile::walker::SetupError>(())
 //! ```
 
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
-
 mod code;
 mod context;
 mod cpu;

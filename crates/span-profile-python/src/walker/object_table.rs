@@ -120,8 +120,8 @@ pub enum Insert {
     Full,
 }
 
-/// A fixed table from span-object addresses to what their samples carry. See the
-/// [module docs](self).
+/// A fixed table from span-object addresses to what their samples carry (ADR 0011; the design
+/// is in `walker/object_table.rs`'s module docs).
 ///
 /// ```
 /// use span_profile::walker::{Insert, SpanObjectTable};
@@ -445,7 +445,7 @@ mod tests {
                     while !stop.load(Ordering::Relaxed) {
                         let addr = 0x1000 + 16 * (w * 8 + i % 8);
                         t.insert(addr, span(2 + i % 1000), true);
-                        if i % 3 == 0 {
+                        if i.is_multiple_of(3) {
                             t.remove(addr);
                         }
                         i += 1;
