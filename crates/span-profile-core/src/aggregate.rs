@@ -283,14 +283,16 @@ impl WindowAggregator {
     /// skipped. Steady state, it does not allocate.
     ///
     /// ```
-    /// use span_profile_core::{ExecutionKey, RawFrame, RawSample, Resource, WindowAggregator};
+    /// use span_profile_core::{
+    ///     ExecutionKey, RawFrame, RawSample, Resource, SpanSource, WindowAggregator,
+    /// };
     /// use span_profile_core::labels::LabelValues;
     ///
     /// let mut agg = WindowAggregator::default();
     /// let frames = [RawFrame { id: 1, line: 3 }];
     /// let s = RawSample {
     ///     key: ExecutionKey::thread(1), frames: &frames, truncated: false, cpu_ns: 10_000_000,
-    ///     thread_name: "main", task_name: None, span: None, weight: 1,
+    ///     thread_name: "main", task_name: None, span: SpanSource::Unknown, weight: 1,
     /// };
     /// for _tick in 0..3 {
     ///     agg.add_raw(0, &s, None, LabelValues::BACKGROUND, 10_000_000);
@@ -1045,7 +1047,7 @@ mod tests {
                         cpu_ns: rnd(3) * 7,
                         thread_name: &names[t as usize],
                         task_name: (rnd(4) == 0).then_some(task),
-                        span: None,
+                        span: crate::SpanSource::Unknown,
                         weight: 1 + rnd(2) as u32,
                     };
                     let span = (rnd(3) > 0).then(|| ctx(1 + rnd(3)));

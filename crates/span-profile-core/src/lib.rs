@@ -57,7 +57,7 @@ pub use profile::{Profile, ProfileSample, SpanRecord, WindowStats};
 pub use registry::{ActiveSpan, ActiveSpanRegistry, AtomicActiveSpan, RegistryStats};
 pub use runtime::{Profiler, ProfilerBuilder, ProfilerStats, StartError};
 pub use spans::{SpanEnd, SpanScope, SpanStart, SpanTable, SpanTableLimits, WindowSpans};
-pub use walker::{RawSample, StackSink, StackWalker, WalkError};
+pub use walker::{RawSample, SpanSource, StackSink, StackWalker, WalkError};
 
 /// Internals exposed for fuzz targets, benches and allocation tests. Not a stable API.
 #[doc(hidden)]

@@ -15,11 +15,11 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendErro
 use crate::aggregate::{AggregatorLimits, WindowAggregator};
 use crate::budget::{BudgetController, ThreadCpuClock};
 use crate::failure::{log_to_stderr, FailureHandler, FailureLog};
-use crate::labels::{LabelId, LabelValues, ResourceAttributeError};
+use crate::labels::{LabelValues, ResourceAttributeError};
 use crate::registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
 use crate::spans::SpanTable;
 use crate::{
-    ExportError, Exporter, Frame, Profile, RawFrame, RawSample, Resource, SpanContext, StackSink,
+    ExportError, Exporter, Frame, Profile, RawFrame, RawSample, Resource, SpanSource, StackSink,
     StackWalker, WalkError,
 };
 
@@ -794,18 +794,11 @@ struct TickSink<'a> {
 impl StackSink for TickSink<'_> {
     fn sample(&mut self, s: &RawSample<'_>) {
         let active = match s.span {
-            Some(ctx) => Some((ctx, None)),
-            None => self
-                .sampler
-                .registry
-                .current(s.key)
-                .map(|a| (a.ctx, Some(a.route))),
+            SpanSource::Resolved(active) => active,
+            SpanSource::Registry => self.sampler.registry.current(s.key),
+            SpanSource::Unknown => None,
         };
         self.record(s, active);
-    }
-
-    fn sample_resolved(&mut self, s: &RawSample<'_>, span: Option<ActiveSpan>) {
-        self.record(s, span.map(|a| (a.ctx, Some(a.route))));
     }
 
     fn error(&mut self, error: WalkError) {
@@ -825,11 +818,11 @@ impl StackSink for TickSink<'_> {
 }
 
 impl TickSink<'_> {
-    /// Aggregates one stack with the span (and route, when known) it is attributed to.
-    fn record(&mut self, s: &RawSample<'_>, active: Option<(SpanContext, Option<LabelId>)>) {
+    /// Aggregates one stack with the span (and its route) it is attributed to.
+    fn record(&mut self, s: &RawSample<'_>, active: Option<ActiveSpan>) {
         let sampler = &mut *self.sampler;
         let (span, route) = match active {
-            Some((ctx, route)) => (Some(ctx), route.unwrap_or(LabelValues::BACKGROUND)),
+            Some(a) => (Some(a.ctx), a.route),
             None => (None, LabelValues::BACKGROUND),
         };
         if let Some(ctx) = &span {

@@ -1,11 +1,11 @@
 //! The stack-walker backend trait: how a runtime's stacks reach the sampler.
 
-use crate::{ActiveSpan, ExecutionKey, Frame, RawFrame, SpanContext};
+use crate::{ActiveSpan, ExecutionKey, Frame, RawFrame};
 
 /// One thread's or task's stack, as a walker hands it to the sampler.
 #[derive(Debug, Clone, Copy)]
 pub struct RawSample<'a> {
-    /// Whose stack this is; the sampler looks its span up in the registry by this key.
+    /// Whose stack this is: the thread (or task) the sample was taken of.
     pub key: ExecutionKey,
     /// Frames, **leaf first**.
     pub frames: &'a [RawFrame],
@@ -19,15 +19,30 @@ pub struct RawSample<'a> {
     pub thread_name: &'a str,
     /// Task name for a task sample.
     pub task_name: Option<&'a str>,
-    /// A span the walker determined itself (for example from the task's context), which takes
-    /// precedence over the registry's entry for `key`.
-    pub span: Option<SpanContext>,
+    /// What the walker knows of the span current on this stack.
+    pub span: SpanSource,
     /// How many samples this one stands for (1, or more when the walker sampled a subset of
     /// threads and corrects the weight). 0: no wall sample, only `cpu_ns` charged to this
     /// stack (the CPU a thread used before a sample that found it off CPU goes to the stack
     /// it was last seen running in, ADR 0019). Such a sample that finds no row still counts
     /// as one dropped sample.
     pub weight: u32,
+}
+
+/// What a walker knows, per sample, of the span current on the stack: the one way a walker
+/// attributes a sample (ADR 0021).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanSource {
+    /// The walker found it itself (the context running on the thread, or the registry read
+    /// at the sample instant by a signal handler): `Some` is the span, with its route; `None`
+    /// means that no span was current. The registry is not consulted.
+    Resolved(Option<ActiveSpan>),
+    /// Whatever the span hooks entered for the sample's [`RawSample::key`] in the profiler's
+    /// [`ActiveSpanRegistry`](crate::ActiveSpanRegistry), looked up by the sampler when it
+    /// takes the sample.
+    Registry,
+    /// The walker cannot tell: the sample carries no span (route `background`).
+    Unknown,
 }
 
 /// Why a walker could not produce a sample. Each kind is counted, never logged on the sampling
@@ -50,19 +65,6 @@ pub enum WalkError {
 pub trait StackSink {
     /// Records one stack. Must be called at most once per key per tick.
     fn sample(&mut self, sample: &RawSample<'_>);
-    /// Records one stack whose span the walker resolved itself (for example by reading the
-    /// context that runs on the thread): `Some` is the span with its route, `None` means that
-    /// no span is current, and in both cases the registry is not consulted.
-    ///
-    /// The default forwards to [`StackSink::sample`] with [`RawSample::span`] set, which drops
-    /// the route and, for `None`, falls back to the registry; sinks that can use the route
-    /// override it. Same contract as `sample` (no allocation on the sampling path).
-    fn sample_resolved(&mut self, sample: &RawSample<'_>, span: Option<ActiveSpan>) {
-        self.sample(&RawSample {
-            span: span.map(|a| a.ctx),
-            ..*sample
-        });
-    }
     /// Counts a failure (one per thread or task that could not be walked).
     fn error(&mut self, error: WalkError);
 }
@@ -83,7 +85,9 @@ pub trait StackSink {
 /// walker: the profiler caches the answer across windows.
 ///
 /// ```
-/// use span_profile_core::{ExecutionKey, Frame, RawFrame, RawSample, StackSink, StackWalker};
+/// use span_profile_core::{
+///     ExecutionKey, Frame, RawFrame, RawSample, SpanSource, StackSink, StackWalker,
+/// };
 ///
 /// /// Reports one fixed stack for thread 1.
 /// struct OneStack;
@@ -91,13 +95,14 @@ pub trait StackSink {
 ///     fn walk(&mut self, sink: &mut dyn StackSink) {
 ///         let frames = [RawFrame { id: 1, line: 10 }, RawFrame { id: 2, line: 20 }];
 ///         sink.sample(&RawSample {
-///             key: ExecutionKey::thread(1),
 ///             frames: &frames,
 ///             truncated: false,
 ///             cpu_ns: 10_000_000,
 ///             thread_name: "main",
 ///             task_name: None,
-///             span: None,
+///             // The span the hooks entered for thread 1, if any.
+///             key: ExecutionKey::thread(1),
+///             span: SpanSource::Registry,
 ///             weight: 1,
 ///         });
 ///     }

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use span_profile_core::{
-    ExecutionKey, ExportError, Exporter, Frame, Profile, Profiler, RawFrame, RawSample, StackSink,
-    StackWalker,
+    ExecutionKey, ExportError, Exporter, Frame, Profile, Profiler, RawFrame, RawSample, SpanSource,
+    StackSink, StackWalker,
 };
 use span_profile_test::{FakeWalker, InMemoryExporter};
 
@@ -29,13 +29,13 @@ impl StackWalker for PanicsAt {
             panic!("walker bug on tick {n}");
         }
         sink.sample(&RawSample {
-            key: ExecutionKey::thread(1),
             frames: &[RawFrame { id: 1, line: 1 }],
             truncated: false,
             cpu_ns: 10_000_000,
             thread_name: "main",
             task_name: None,
-            span: None,
+            key: ExecutionKey::thread(1),
+            span: SpanSource::Registry,
             weight: 1,
         });
     }

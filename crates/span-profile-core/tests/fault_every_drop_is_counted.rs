@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use span_profile_core::{
     ActiveSpan, ActiveSpanRegistry, AggregatorLimits, ExecutionKey, Frame, Profiler, RawFrame,
-    RawSample, SpanId, SpanStart, SpanTable, SpanTableLimits, StackSink, StackWalker, TraceId,
-    WalkError,
+    RawSample, SpanId, SpanSource, SpanStart, SpanTable, SpanTableLimits, StackSink, StackWalker,
+    TraceId, WalkError,
 };
 use span_profile_test::InMemoryExporter;
 
@@ -37,13 +37,13 @@ impl StackWalker for Faulty {
             (&fresh[..], false, self.name.as_str()),
         ] {
             sink.sample(&RawSample {
-                key: ExecutionKey::thread(1),
                 frames,
                 truncated,
                 cpu_ns: 10_000_000,
                 thread_name: name,
                 task_name: None,
-                span: None,
+                key: ExecutionKey::thread(1),
+                span: SpanSource::Registry,
                 weight: 1,
             });
         }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use span_profile_core::labels::LabelId;
 use span_profile_core::{
     ActiveSpan, ActiveSpanRegistry, ExecutionKey, Frame, ProfilerBuilder, RawFrame, RawSample,
-    SpanContext, SpanId, StackSink, StackWalker, TraceId, WalkError,
+    SpanContext, SpanId, SpanSource, StackSink, StackWalker, TraceId, WalkError,
 };
 
 use crate::signal::send_wall;
@@ -133,7 +133,7 @@ fn warm_symbolizer() {
 ///   a thread that used less than half the tick in CPU reports an off-CPU sample.
 /// - `walk` drains the rings and reports each sample under the thread's
 ///   `span_profile_core::otel::thread_key()`; the span and its route (or "no span") are the
-///   ones the handler read at the sample instant, passed with `StackSink::sample_resolved`.
+///   ones the handler read at the sample instant, passed as `SpanSource::Resolved`.
 ///
 /// ```no_run
 /// use span_profile_core::Profiler;
@@ -248,23 +248,23 @@ impl StackWalker for NativeWalker {
                         .map(|&ip| RawFrame { id: ip, line: 0 }),
                 );
                 if !self.frames.is_empty() {
-                    let sample = RawSample {
+                    let span = if entry.flags & F_SPAN_READ == 0 {
+                        // No registry in the handler: the sampler looks the span up now.
+                        SpanSource::Registry
+                    } else {
+                        // The span (with its route), or none, current at the sample instant.
+                        SpanSource::Resolved(Self::span_of(entry))
+                    };
+                    sink.sample(&RawSample {
                         key: ExecutionKey::thread(key),
                         frames: &self.frames,
                         truncated: entry.flags & F_TRUNCATED != 0,
                         cpu_ns: entry.cpu_ns,
                         thread_name: name,
                         task_name: None,
-                        span: None,
+                        span,
                         weight: entry.weight.max(1),
-                    };
-                    if entry.flags & F_SPAN_READ == 0 {
-                        // No registry in the handler: the core stamps it at drain time.
-                        sink.sample(&sample);
-                    } else {
-                        // The span (with its route), or none, current at the sample instant.
-                        sink.sample_resolved(&sample, Self::span_of(entry));
-                    }
+                    });
                 }
                 tail = tail.wrapping_add(1);
                 // Release: our reads of the entry happen before the handler reuses it.

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use span_profile_core::{
-    ExecutionKey, ExportError, Exporter, Frame, Profile, RawFrame, RawSample, StackSink,
-    StackWalker,
+    ExecutionKey, ExportError, Exporter, Frame, Profile, RawFrame, RawSample, SpanSource,
+    StackSink, StackWalker,
 };
 
 /// A walker that reports `threads` threads, each with a fixed stack of `depth` frames.
@@ -81,13 +81,13 @@ impl StackWalker for FakeWalker {
         self.walks.fetch_add(1, Ordering::Relaxed);
         for t in 0..self.threads {
             sink.sample(&RawSample {
-                key: self.keys[t],
                 frames: &self.frames[t],
                 truncated: false,
                 cpu_ns: self.cpu_ns,
                 thread_name: &self.names[t],
                 task_name: None,
-                span: None,
+                key: self.keys[t],
+                span: SpanSource::Registry,
                 weight: 1,
             });
         }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use span_profile_core::{
-    ActiveSpan, ExecutionKey, Frame, Profiler, RawFrame, RawSample, SpanId, SpanStart, StackSink,
-    StackWalker, TraceId,
+    ActiveSpan, ExecutionKey, Frame, Profiler, RawFrame, RawSample, SpanId, SpanSource, SpanStart,
+    StackSink, StackWalker, TraceId,
 };
 use span_profile_export::FileStore;
 
@@ -110,13 +110,13 @@ impl StackWalker for ScriptWalker {
         let i = self.current.load(Ordering::Relaxed);
         for (key, stack, name) in [(1, i, "request"), (2, 0, "idler")] {
             sink.sample(&RawSample {
-                key: ExecutionKey::thread(key),
                 frames: &self.raw[stack],
                 truncated: false,
                 cpu_ns: 10_000_000,
                 thread_name: name,
                 task_name: None,
-                span: None,
+                key: ExecutionKey::thread(key),
+                span: SpanSource::Registry,
                 weight: 1,
             });
         }

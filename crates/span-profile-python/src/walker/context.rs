@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use span_profile_core::labels::LabelId;
 use span_profile_core::{
-    ActiveSpan, RawSample, SpanContext, SpanId, StackSink, TraceId, WalkError,
+    ActiveSpan, RawSample, SpanContext, SpanId, SpanSource, StackSink, TraceId, WalkError,
 };
 
 use super::layout::{
@@ -1027,13 +1027,11 @@ impl ContextReader {
 
     fn hand(&self, span: ContextSpan, sink: &mut dyn StackSink, sample: RawSample<'_>) {
         match span {
-            ContextSpan::Known(span) => sink.sample_resolved(
-                &RawSample {
-                    task_name: self.task_name(),
-                    ..sample
-                },
-                span,
-            ),
+            ContextSpan::Known(span) => sink.sample(&RawSample {
+                task_name: self.task_name(),
+                span: SpanSource::Resolved(span),
+                ..sample
+            }),
             ContextSpan::Unknown => sink.sample(&sample),
             // Counted in `ContextCounters::switched` (`stats()["context_switched"]`) and, as a
             // torn sample, in the window's stats.

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use span_profile_core::{
-    ExecutionKey, Frame, RawFrame, RawSample, StackSink, StackWalker, WalkError,
+    ExecutionKey, Frame, RawFrame, RawSample, SpanSource, StackSink, StackWalker, WalkError,
 };
 
 use super::code::{CodeCache, CopyLimits, HeaderCheck, Resolved, UNKNOWN_CODE_ID};
@@ -814,13 +814,13 @@ impl<R: MemoryReader> PythonWalker<R> {
                     bump(&self.counters.truncated, 1);
                 }
                 let sample = RawSample {
-                    key: ExecutionKey::thread(t.thread_id),
                     frames: &e.frames,
                     truncated: e.truncated,
                     cpu_ns: 0,
                     thread_name: self.name.as_str(),
                     task_name: None,
-                    span: None,
+                    key: ExecutionKey::thread(t.thread_id),
+                    span: SpanSource::Registry,
                     weight,
                 };
                 match e.resolution {
@@ -896,13 +896,13 @@ impl<R: MemoryReader> PythonWalker<R> {
             bump(&self.counters.truncated, 1);
         }
         let sample = RawSample {
-            key: ExecutionKey::thread(t.thread_id),
             frames: &self.frames,
             truncated,
             cpu_ns: if elsewhere { 0 } else { used_ns },
             thread_name: self.name.as_str(),
             task_name: None,
-            span: None,
+            key: ExecutionKey::thread(t.thread_id),
+            span: SpanSource::Registry,
             weight,
         };
         let r = self.ctx.emit(&self.reader, t.tstate, sink, sample);
@@ -954,13 +954,13 @@ impl<R: MemoryReader> PythonWalker<R> {
             return;
         };
         let sample = RawSample {
-            key: ExecutionKey::thread(t.thread_id),
             frames,
             truncated,
             cpu_ns,
             thread_name: self.name.as_str(),
             task_name: None,
-            span: None,
+            key: ExecutionKey::thread(t.thread_id),
+            span: SpanSource::Registry,
             weight: 0,
         };
         match resolution {
