@@ -670,6 +670,17 @@ pub(crate) struct Resolution {
     task: Option<u32>,
 }
 
+#[cfg(test)]
+impl Resolution {
+    /// A context that held `task` and could not be read for a span.
+    pub(crate) fn unknown_with_task(task: Option<u32>) -> Self {
+        Self {
+            span: ContextSpan::Unknown,
+            task,
+        }
+    }
+}
+
 /// Per-walker state of context reading: the target, a buffer for the task name, counters.
 #[derive(Debug)]
 pub(crate) struct ContextReader {

@@ -229,17 +229,30 @@ pub(crate) struct CachedStack {
     pub(crate) n_outside: usize,
     /// The tick this entry was last used in (for eviction).
     pub(crate) last_used: u64,
-    /// What the thread's context held when these frames were copied (`None`: not known, or
-    /// it changed during the copy). Valid as long as the stack is: a thread that has not run
-    /// has not entered another context or set a variable either.
+    /// What the thread's context held when these frames were copied (`None`: it changed
+    /// during the copy, and the copy is not reported again). Valid as long as the stack is: a
+    /// thread that has not run has not entered another context or set a variable either.
     pub(crate) resolution: Option<Resolution>,
     /// The stack of the last walk that found the thread running (its CPU clock moved while
     /// its frames were copied), with its truncation and context: where the CPU of a later
-    /// sample that finds the thread off CPU is charged (ADR 0019). Valid if `has_running`.
+    /// sample that finds the thread off CPU is charged (ADR 0019), and its context: valid if
+    /// `running_resolution` is `Some`.
     pub(crate) running: Vec<RawFrame>,
     pub(crate) running_truncated: bool,
     pub(crate) running_resolution: Option<Resolution>,
-    pub(crate) has_running: bool,
+}
+
+/// One walk's copy of a thread's stack, as [`StackCache::store`] keeps it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WalkedStack<'a> {
+    pub(crate) frames: &'a [RawFrame],
+    pub(crate) truncated: bool,
+    /// The addresses of the frames read one by one (outside the copied data stack).
+    pub(crate) outside: &'a [u64],
+    /// The thread's CPU clock moved while the frames were copied.
+    pub(crate) running: bool,
+    /// What its context held, or `None` if that changed during the copy.
+    pub(crate) resolution: Option<Resolution>,
 }
 
 /// Most out-of-data-stack frame addresses remembered per thread for prefetching.
@@ -275,14 +288,15 @@ impl StackCache {
         tid: u32,
         cpu_ns: u64,
         tick: u64,
-    ) -> Option<&CachedStack> {
+    ) -> Option<(&[RawFrame], bool, Resolution)> {
         let &i = self.by_thread.get(&thread_id)?;
         let e = self.entries.get_mut(i)?;
         if e.tstate != tstate || e.tid != tid || e.cpu_ns != cpu_ns || tid == 0 {
             return None;
         }
+        let r = e.resolution?;
         e.last_used = tick;
-        Some(e)
+        Some((e.frames.as_slice(), e.truncated, r))
     }
 
     /// The out-of-data-stack frame addresses of `thread_id`'s last walk (copied into `out`;
@@ -308,19 +322,19 @@ impl StackCache {
         n
     }
 
-    /// Stores `frames` as the stack of `thread_id` (and the addresses of the frames that were
-    /// read one by one), and as its last stack seen `running` if it was, evicting the least
-    /// recently used entry when full.
-    pub(crate) fn store(
-        &mut self,
-        key: (u64, u64, u32, u64),
-        frames: &[RawFrame],
-        truncated: bool,
-        outside: &[u64],
-        tick: u64,
-        running: bool,
-    ) {
+    /// Stores the stack `copy` of `thread_id` (and the addresses of its frames that were read
+    /// one by one), and as its last stack seen running if it was, evicting the least recently
+    /// used entry when full. A copy whose context changed while it was made (no resolution)
+    /// is neither reported again nor charged: only its addresses are kept, for prefetching.
+    pub(crate) fn store(&mut self, key: (u64, u64, u32, u64), copy: WalkedStack<'_>, tick: u64) {
         let (thread_id, tstate, tid, cpu_ns) = key;
+        let WalkedStack {
+            frames,
+            truncated,
+            outside,
+            running,
+            resolution,
+        } = copy;
         let i = match self.by_thread.get(&thread_id) {
             Some(&i) => i,
             None if self.entries.len() < self.cap => {
@@ -338,7 +352,6 @@ impl StackCache {
                     running: Vec::with_capacity(self.depth),
                     running_truncated: false,
                     running_resolution: None,
-                    has_running: false,
                 });
                 let i = self.entries.len() - 1;
                 self.by_thread.insert(thread_id, i);
@@ -362,7 +375,7 @@ impl StackCache {
         if let Some(e) = self.entries.get_mut(i) {
             if (e.thread_id, e.tstate, e.tid) != (thread_id, tstate, tid) {
                 // Another thread (or a new one under the same id): its running stack is not ours.
-                e.has_running = false;
+                e.running_resolution = None;
             }
             e.thread_id = thread_id;
             e.tstate = tstate;
@@ -377,14 +390,13 @@ impl StackCache {
             let k = outside.len().min(MAX_OUTSIDE);
             e.outside[..k].copy_from_slice(&outside[..k]);
             e.n_outside = k;
-            e.resolution = None;
-            if running {
+            e.resolution = resolution;
+            if let (true, Some(r)) = (running, resolution) {
                 e.running.clear();
                 e.running
                     .extend_from_slice(frames.get(..n).unwrap_or_default());
                 e.running_truncated = truncated;
-                e.running_resolution = None;
-                e.has_running = true;
+                e.running_resolution = Some(r);
             }
         }
     }
@@ -396,39 +408,17 @@ impl StackCache {
         thread_id: u64,
         tstate: u64,
         tid: u32,
-    ) -> Option<(&[RawFrame], bool, Option<Resolution>)> {
+    ) -> Option<(&[RawFrame], bool, Resolution)> {
         let e = self
             .by_thread
             .get(&thread_id)
             .and_then(|&i| self.entries.get(i))?;
-        (e.has_running && e.tstate == tstate && e.tid == tid && !e.running.is_empty()).then_some((
+        let r = e.running_resolution?;
+        (e.tstate == tstate && e.tid == tid && !e.running.is_empty()).then_some((
             e.running.as_slice(),
             e.running_truncated,
-            e.running_resolution,
+            r,
         ))
-    }
-
-    /// Records what the context of `thread_id` held when its stored stack was copied (and,
-    /// if it was `running`, for its running stack too).
-    pub(crate) fn set_resolution(
-        &mut self,
-        thread_id: u64,
-        tstate: u64,
-        r: Option<Resolution>,
-        running: bool,
-    ) {
-        if let Some(e) = self
-            .by_thread
-            .get(&thread_id)
-            .and_then(|&i| self.entries.get_mut(i))
-        {
-            if e.tstate == tstate {
-                e.resolution = r;
-                if running {
-                    e.running_resolution = r;
-                }
-            }
-        }
     }
 }
 
@@ -474,28 +464,44 @@ mod tests {
         assert_eq!(r.busy_lookups(), 1);
     }
 
+    fn copy<'a>(frames: &'a [RawFrame], outside: &'a [u64], running: bool) -> WalkedStack<'a> {
+        WalkedStack {
+            frames,
+            truncated: false,
+            outside,
+            running,
+            resolution: Some(Resolution::unknown_with_task(None)),
+        }
+    }
+
     #[test]
     fn stack_cache_reuses_only_unchanged_threads() {
         let f = |id| RawFrame { id, line: 1 };
         let mut c = StackCache::new(2, 4);
         assert!(c.unchanged(1, 10, 100, 5, 0).is_none());
-        c.store((1, 10, 100, 5), &[f(1), f(2)], false, &[7, 8], 0, true);
+        c.store((1, 10, 100, 5), copy(&[f(1), f(2)], &[7, 8], true), 0);
         assert_eq!(
-            c.unchanged(1, 10, 100, 5, 1).map(|e| e.frames.len()),
+            c.unchanged(1, 10, 100, 5, 1)
+                .map(|(frames, _, _)| frames.len()),
             Some(2)
         );
         assert!(c.unchanged(1, 10, 100, 6, 1).is_none()); // ran since
         assert!(c.unchanged(1, 11, 100, 5, 1).is_none()); // other thread state
         assert!(c.unchanged(1, 10, 101, 5, 1).is_none()); // other OS thread
-        c.store((2, 20, 200, 1), &[f(3)], false, &[], 2, true);
+        c.store((2, 20, 200, 1), copy(&[f(3)], &[], true), 2);
         let mut out = [0u64; MAX_OUTSIDE];
         assert_eq!(c.outside(1, 10, &mut out), 2);
         assert_eq!(&out[..2], &[7, 8]);
         assert_eq!(c.outside(1, 11, &mut out), 0);
-        c.store((3, 30, 300, 1), &[f(4); 9], true, &[], 3, true); // evicts 1 (least recently used)
+        let deep = [f(4); 9];
+        let truncated = WalkedStack {
+            truncated: true,
+            ..copy(&deep, &[], true)
+        };
+        c.store((3, 30, 300, 1), truncated, 3); // evicts 1 (least recently used)
         assert!(c.unchanged(1, 10, 100, 5, 4).is_none());
-        let e = c.unchanged(3, 30, 300, 1, 4).unwrap();
-        assert_eq!((e.frames.len(), e.truncated), (4, true));
+        let (frames, truncated, _) = c.unchanged(3, 30, 300, 1, 4).unwrap();
+        assert_eq!((frames.len(), truncated), (4, true));
         assert!(c.unchanged(2, 20, 200, 1, 4).is_some());
     }
 
@@ -505,18 +511,48 @@ mod tests {
         let mut c = StackCache::new(2, 4);
         assert!(c.last_running(1, 10, 100).is_none());
         // Seen running in [1, 2], then asleep in [3]: the running stack stays [1, 2].
-        c.store((1, 10, 100, 5), &[f(1), f(2)], false, &[], 0, true);
-        c.store((1, 10, 100, 6), &[f(3)], false, &[], 1, false);
+        c.store((1, 10, 100, 5), copy(&[f(1), f(2)], &[], true), 0);
+        c.store((1, 10, 100, 6), copy(&[f(3)], &[], false), 1);
         assert_eq!(
-            c.unchanged(1, 10, 100, 6, 2).map(|e| e.frames[0]),
+            c.unchanged(1, 10, 100, 6, 2)
+                .map(|(frames, _, _)| frames[0]),
             Some(f(3))
         );
         let (frames, truncated, _) = c.last_running(1, 10, 100).unwrap();
         assert_eq!((frames, truncated), (&[f(1), f(2)][..], false));
         // Not another thread's, nor a new OS thread's under the same id.
         assert!(c.last_running(1, 10, 101).is_none());
-        c.store((1, 10, 101, 1), &[f(4)], false, &[], 3, false);
+        c.store((1, 10, 101, 1), copy(&[f(4)], &[], false), 3);
         assert!(c.last_running(1, 10, 101).is_none());
+    }
+
+    #[test]
+    fn a_copy_whose_context_changed_is_neither_reused_nor_charged() {
+        let f = |id| RawFrame { id, line: 1 };
+        let mut c = StackCache::new(2, 4);
+        let task = Resolution::unknown_with_task(Some(7));
+        c.store(
+            (1, 10, 100, 5),
+            WalkedStack {
+                resolution: Some(task),
+                ..copy(&[f(1), f(2)], &[], true)
+            },
+            0,
+        );
+        // Running again, but a task switched during the copy: the copy may mix two tasks'
+        // frames, so the CPU of a later off-CPU sample still goes to [1, 2], in task 7.
+        let mixed = [f(3), f(2)];
+        let torn = WalkedStack {
+            resolution: None,
+            ..copy(&mixed, &[9], true)
+        };
+        c.store((1, 10, 100, 6), torn, 1);
+        assert!(c.unchanged(1, 10, 100, 6, 2).is_none());
+        let (frames, _, r) = c.last_running(1, 10, 100).unwrap();
+        assert_eq!((frames, r), (&[f(1), f(2)][..], task));
+        // Its addresses still serve prefetching.
+        let mut out = [0u64; MAX_OUTSIDE];
+        assert_eq!(c.outside(1, 10, &mut out), 1);
     }
 
     #[test]

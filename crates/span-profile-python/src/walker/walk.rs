@@ -18,7 +18,8 @@ use super::layout::{
 use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ProcessVmReader, ReadError};
 use super::objects::{type_matches, ObjectError, TypeAddresses};
 use super::threads::{
-    tid_from_pthread, verify_pthread_tid_offset, NameBuf, StackCache, ThreadRegistry, MAX_OUTSIDE,
+    tid_from_pthread, verify_pthread_tid_offset, NameBuf, StackCache, ThreadRegistry, WalkedStack,
+    MAX_OUTSIDE,
 };
 
 /// Where the interpreter lives: what the caller must supply.
@@ -803,19 +804,19 @@ impl<R: MemoryReader> PythonWalker<R> {
             // its Python stack is the same: report the copy without reading frames. Nor has it
             // entered another context or set a variable: the span and task found with the copy
             // still hold, and its context is not read again.
-            if let Some(e) = self
-                .stacks
-                .unchanged(t.thread_id, t.tstate, tid, ns, self.tick)
+            if let Some((frames, truncated, r)) =
+                self.stacks
+                    .unchanged(t.thread_id, t.tstate, tid, ns, self.tick)
             {
                 bump(&self.counters.reused_stacks, 1);
                 bump(&self.counters.samples, 1);
-                bump(&self.counters.frames, e.frames.len() as u64);
-                if e.truncated {
+                bump(&self.counters.frames, frames.len() as u64);
+                if truncated {
                     bump(&self.counters.truncated, 1);
                 }
                 let sample = RawSample {
-                    frames: &e.frames,
-                    truncated: e.truncated,
+                    frames,
+                    truncated,
                     cpu_ns: 0,
                     thread_name: self.name.as_str(),
                     task_name: None,
@@ -823,14 +824,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                     span: SpanSource::Registry,
                     weight,
                 };
-                match e.resolution {
-                    Some(r) => self.ctx.emit_resolved(r, sink, sample),
-                    None => {
-                        self.ctx.forget_before();
-                        let r = self.ctx.emit(&self.reader, t.tstate, sink, sample);
-                        self.stacks.set_resolution(t.thread_id, t.tstate, r, false);
-                    }
-                }
+                self.ctx.emit_resolved(r, sink, sample);
                 return;
             }
         }
@@ -880,16 +874,6 @@ impl<R: MemoryReader> PythonWalker<R> {
             _ => false,
         };
         let running = running == Some(true);
-        if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
-            self.stacks.store(
-                (t.thread_id, t.tstate, tid, ns),
-                &self.frames,
-                truncated,
-                self.outside.get(..self.outside_n).unwrap_or_default(),
-                self.tick,
-                running,
-            );
-        }
         bump(&self.counters.samples, 1);
         bump(&self.counters.frames, self.frames.len() as u64);
         if truncated {
@@ -905,10 +889,17 @@ impl<R: MemoryReader> PythonWalker<R> {
             span: SpanSource::Registry,
             weight,
         };
-        let r = self.ctx.emit(&self.reader, t.tstate, sink, sample);
-        if cpu_ns.is_some() {
+        let resolution = self.ctx.emit(&self.reader, t.tstate, sink, sample);
+        if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
+            let copy = WalkedStack {
+                frames: &self.frames,
+                truncated,
+                outside: self.outside.get(..self.outside_n).unwrap_or_default(),
+                running,
+                resolution,
+            };
             self.stacks
-                .set_resolution(t.thread_id, t.tstate, r, running);
+                .store((t.thread_id, t.tstate, tid, ns), copy, self.tick);
         }
         if elsewhere {
             self.charge_last_running(sink, &t, tid, used_ns);
@@ -963,10 +954,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             span: SpanSource::Registry,
             weight: 0,
         };
-        match resolution {
-            Some(r) => self.ctx.emit_resolved(r, sink, sample),
-            None => sink.sample(&sample),
-        }
+        self.ctx.emit_resolved(resolution, sink, sample);
     }
 
     /// The OS tid of a thread, from its thread state (3.11+), the registry, or its pthread.
