@@ -12,7 +12,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, Criterion};
 use span_profile_core::labels::LabelValues;
 use span_profile_core::{
-    otel, ActiveSpan, ActiveSpanRegistry, ExecutionKey, RawSample, SpanContext, SpanId, StackSink,
+    ActiveSpan, ActiveSpanRegistry, ExecutionKey, RawSample, SpanContext, SpanId, StackSink,
     StackWalker, TraceId, WalkError,
 };
 use span_profile_native::NativeWalker;
@@ -44,7 +44,7 @@ fn bench(c: &mut Criterion) {
     let registry = Arc::new(ActiveSpanRegistry::default());
     let _g = span_profile_native::register_current_thread().expect("register");
     registry.enter(
-        ExecutionKey::thread(otel::thread_key()),
+        ExecutionKey::current_thread(),
         ActiveSpan {
             ctx: SpanContext {
                 trace_id: TraceId::from_u128(1).expect("non-zero"),

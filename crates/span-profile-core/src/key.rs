@@ -1,6 +1,7 @@
 //! What a sample is taken of: a thread, or a task running on it.
 
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Identifies the unit of execution that spans are entered on and samples are taken of.
 ///
@@ -13,6 +14,11 @@ use std::num::NonZeroU64;
 /// let k = ExecutionKey::thread(42);
 /// assert_eq!(k.task, None);
 /// assert_ne!(k, ExecutionKey::task(42, 7));
+/// // Each thread has its own key, the same every time it asks.
+/// let here = ExecutionKey::current_thread();
+/// assert_eq!(here, ExecutionKey::current_thread());
+/// let there = std::thread::spawn(ExecutionKey::current_thread).join().unwrap();
+/// assert_ne!(here, there);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExecutionKey {
@@ -22,7 +28,20 @@ pub struct ExecutionKey {
     pub task: Option<NonZeroU64>,
 }
 
+static NEXT_THREAD_KEY: AtomicU64 = AtomicU64::new(1);
+thread_local! {
+    static THREAD_KEY: u64 = NEXT_THREAD_KEY.fetch_add(1, Ordering::Relaxed);
+}
+
 impl ExecutionKey {
+    /// The calling thread's key: a number of its own, given on first use and never reused in
+    /// the process (`thread` 0 only while the thread is being torn down). The span hooks of
+    /// OpenTelemetry-Rust (`otel`) and the native walker key threads by it. Async-signal-safe
+    /// once the thread has asked for it (a signal handler reads what is already there).
+    pub fn current_thread() -> Self {
+        Self::thread(THREAD_KEY.try_with(|k| *k).unwrap_or(0))
+    }
+
     /// The key of a plain thread.
     pub const fn thread(thread: u64) -> Self {
         Self { thread, task: None }

@@ -9,7 +9,7 @@
 //!   `opentelemetry_sdk` then gets span-labelled samples with no code per span.
 //! - [`ContextGuard`]: the explicit alternative where a global observer is not wanted.
 //!
-//! Threads are keyed by [`thread_key`], a per-thread number that walkers of native threads use
+//! Threads are keyed by [`ExecutionKey::current_thread`], which walkers of native threads use
 //! too. A tokio task that moves between workers re-attaches its context on every poll, so its
 //! span follows it.
 //!
@@ -30,14 +30,13 @@
 //!     .build();
 //! let tracer = provider.tracer("checkout");
 //! tracer.in_span("pricing.calculate", |_cx| {
-//!     let key = span_profile_core::ExecutionKey::thread(otel::thread_key());
+//!     let key = span_profile_core::ExecutionKey::current_thread();
 //!     assert!(profiler.registry().current(key).is_some());
 //! });
 //! profiler.shutdown_with_timeout(Duration::from_secs(5)).unwrap();
 //! ```
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -54,16 +53,6 @@ use crate::{
 
 /// The span attribute that Grafana's traces-to-profiles joins on.
 pub const PROFILE_ID_ATTRIBUTE: &str = "pyroscope.profile.id";
-
-static NEXT_THREAD_KEY: AtomicU64 = AtomicU64::new(1);
-thread_local! {
-    static THREAD_KEY: u64 = NEXT_THREAD_KEY.fetch_add(1, Ordering::Relaxed);
-}
-
-/// This thread's key in the registry for spans entered through OpenTelemetry-Rust.
-pub fn thread_key() -> u64 {
-    THREAD_KEY.try_with(|k| *k).unwrap_or(0)
-}
 
 fn unix_ns(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
@@ -204,7 +193,7 @@ impl Observer {
             Some(View(a)) => *a,
             None => None,
         };
-        registry.set_current(ExecutionKey::thread(thread_key()), active);
+        registry.set_current(ExecutionKey::current_thread(), active);
     }
 }
 
@@ -260,7 +249,7 @@ pub struct ContextGuard {
 impl ContextGuard {
     /// Enters `cx`'s span on this thread (nothing if it has no valid span).
     pub fn enter(profiler: &Profiler, cx: &Context) -> Self {
-        let key = ExecutionKey::thread(thread_key());
+        let key = ExecutionKey::current_thread();
         let registry = profiler.registry().clone();
         let span_id = ids(cx.span().span_context()).map(|(trace_id, span_id)| {
             let active = profiler.span_table().active(span_id).unwrap_or(ActiveSpan {

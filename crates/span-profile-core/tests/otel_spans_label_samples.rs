@@ -23,7 +23,7 @@ fn take_turn() -> std::sync::MutexGuard<'static, ()> {
 #[test]
 fn nested_spans_route_local_root_and_profile_id_attribute() {
     let _turn = take_turn();
-    let key = ExecutionKey::thread(otel::thread_key());
+    let key = ExecutionKey::current_thread();
     let exporter = InMemoryExporter::default();
     let profiler = Profiler::builder()
         .with_sample_rate_hz(500)

@@ -13,7 +13,7 @@
 //!   guard (or thread exit, with [`register_current_thread_until_exit`]) releases the slot.
 //!   [`on_thread_start`] / [`on_thread_stop`] plug into tokio's runtime builder.
 //! - Spans come from `span_profile_core::otel` (`install`'s context observer or
-//!   `ContextGuard`), keyed by `otel::thread_key()`; a tokio task re-attaches its context on
+//!   `ContextGuard`), keyed by `ExecutionKey::current_thread()`; a tokio task re-attaches its context on
 //!   every poll, so its span follows it between workers.
 //! - [`stats`]: process-wide counters (samples, full rings, stray signals, ...).
 //!

@@ -88,7 +88,7 @@ pub(crate) struct Slot {
     pub(crate) state: AtomicU32,
     pub(crate) gen: AtomicU32,
     pub(crate) tid: AtomicI32,
-    /// `span_profile_core::otel::thread_key()` of the thread, cached at registration.
+    /// `ExecutionKey::current_thread()` of the thread, cached at registration.
     pub(crate) key: AtomicU64,
     pub(crate) stack_lo: AtomicUsize,
     pub(crate) stack_hi: AtomicUsize,

@@ -164,7 +164,7 @@ pub fn register_current_thread() -> Result<ThreadGuard, RegisterError> {
         }
     }
     let tid = gettid();
-    let key = span_profile_core::otel::thread_key();
+    let key = span_profile_core::ExecutionKey::current_thread().thread;
     let (lo, hi) = stack_bounds();
     let current = std::thread::current();
     let name = current.name().unwrap_or("unnamed");

@@ -132,7 +132,7 @@ fn warm_symbolizer() {
 /// - Wall time: each [`StackWalker::walk`] queues the same signal to every registered thread;
 ///   a thread that used less than half the tick in CPU reports an off-CPU sample.
 /// - `walk` drains the rings and reports each sample under the thread's
-///   `span_profile_core::otel::thread_key()`; the span and its route (or "no span") are the
+///   `ExecutionKey::current_thread()`; the span and its route (or "no span") are the
 ///   ones the handler read at the sample instant, passed as `SpanSource::Resolved`.
 ///
 /// ```no_run

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use span_profile_core::labels::LabelValues;
 use span_profile_core::{
-    otel, ActiveSpan, ActiveSpanRegistry, ExecutionKey, SpanContext, SpanId, TraceId,
+    ActiveSpan, ActiveSpanRegistry, ExecutionKey, SpanContext, SpanId, TraceId,
 };
 use span_profile_native::NativeWalker;
 
@@ -32,7 +32,7 @@ fn the_signal_handler_never_allocates() {
             let _g = span_profile_native::register_current_thread().unwrap();
             // A current span, so the handler takes the full path including the span read.
             registry.enter(
-                ExecutionKey::thread(otel::thread_key()),
+                ExecutionKey::current_thread(),
                 ActiveSpan {
                     ctx: SpanContext {
                         trace_id: TraceId::from_u128(7).unwrap(),
