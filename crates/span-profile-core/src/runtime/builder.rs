@@ -1,0 +1,293 @@
+//! [`ProfilerBuilder`]: the settings of a [`Profiler`], checked, and the threads started.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread::{self};
+use std::time::Duration;
+
+use crossbeam_channel::bounded;
+
+use crate::aggregate::AggregatorLimits;
+use crate::failure::{log_to_stderr, FailureHandler, FailureLog};
+use crate::labels::ResourceAttributeError;
+use crate::registry::ActiveSpanRegistry;
+use crate::spans::SpanTable;
+use crate::{Exporter, Profile, Resource, StackWalker};
+
+use super::export_thread::export_loop;
+use super::sampler::{Sampler, SamplerSetup, StackWalkerDebug, WallClock};
+use super::{Counters, Profiler, StartError};
+
+/// Configures and starts a [`Profiler`].
+///
+/// ```
+/// use std::time::Duration;
+/// use span_profile_core::Profiler;
+/// use span_profile_test::{FakeWalker, InMemoryExporter};
+///
+/// let exporter = InMemoryExporter::default();
+/// let profiler = Profiler::builder()
+///     .with_service("checkout")
+///     .with_sample_rate_hz(100)
+///     .with_window(Duration::from_secs(60))
+///     .with_walker(FakeWalker::threads(4, 10))
+///     .with_exporter(exporter.clone())
+///     .start()
+///     .unwrap();
+/// std::thread::sleep(Duration::from_millis(50));
+/// profiler.shutdown_with_timeout(Duration::from_secs(5)).unwrap();
+/// let windows = exporter.profiles();
+/// assert_eq!(windows.len(), 1);
+/// assert_eq!(windows[0].resource.service, "checkout");
+/// ```
+#[derive(Debug)]
+pub struct ProfilerBuilder {
+    resource: Resource,
+    resource_problems: Vec<ResourceAttributeError>,
+    rate_hz: u32,
+    window: Duration,
+    walker: Option<Box<dyn StackWalkerDebug>>,
+    exporters: Vec<Arc<dyn Exporter>>,
+    export_queue: usize,
+    export_timeout: Duration,
+    failure_log: HandlerField,
+    limits: AggregatorLimits,
+    overhead_budget: Option<f64>,
+    registry: Arc<ActiveSpanRegistry>,
+    spans: Arc<SpanTable>,
+    clock: WallClock,
+}
+
+impl Default for ProfilerBuilder {
+    fn default() -> Self {
+        let (resource, resource_problems) = Resource::from_env();
+        Self {
+            resource,
+            resource_problems,
+            rate_hz: 100,
+            window: Duration::from_secs(60),
+            walker: None,
+            exporters: Vec::new(),
+            export_queue: 4,
+            export_timeout: Duration::from_secs(30),
+            failure_log: HandlerField(Arc::new(log_to_stderr)),
+            limits: AggregatorLimits::default(),
+            overhead_budget: Some(0.01),
+            registry: Arc::new(ActiveSpanRegistry::default()),
+            spans: Arc::new(SpanTable::default()),
+            clock: WallClock::default(),
+        }
+    }
+}
+
+impl ProfilerBuilder {
+    /// Replaces the resource labels (by default read from `OTEL_SERVICE_NAME` and
+    /// `OTEL_RESOURCE_ATTRIBUTES`).
+    pub fn with_resource(mut self, resource: Resource) -> Self {
+        self.resource = resource;
+        self.resource_problems.clear();
+        self
+    }
+    /// Sets `service.name`.
+    pub fn with_service(mut self, service: impl Into<String>) -> Self {
+        self.resource.service = service.into();
+        self
+    }
+    /// Sets `service.version`.
+    pub fn with_version(mut self, version: impl Into<String>) -> Self {
+        self.resource.version = Some(version.into());
+        self
+    }
+    /// Sets `deployment.environment`.
+    pub fn with_environment(mut self, environment: impl Into<String>) -> Self {
+        self.resource.environment = Some(environment.into());
+        self
+    }
+    /// Sets the instance label.
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.resource.instance = Some(instance.into());
+        self
+    }
+    /// Samples per second per thread (1 to 10,000; default 100).
+    pub fn with_sample_rate_hz(mut self, hz: u32) -> Self {
+        self.rate_hz = hz;
+        self
+    }
+    /// Window length (1 s to 1 h; default 60 s). Windows end on wall-clock multiples of it.
+    pub fn with_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+    /// The stack walker.
+    pub fn with_walker(mut self, walker: impl StackWalker) -> Self {
+        self.walker = Some(Box::new(walker));
+        self
+    }
+    /// Adds an exporter; every window goes to every exporter.
+    pub fn with_exporter(mut self, exporter: impl Exporter) -> Self {
+        self.exporters.push(Arc::new(exporter));
+        self
+    }
+    /// Adds a shared exporter.
+    pub fn with_shared_exporter(mut self, exporter: Arc<dyn Exporter>) -> Self {
+        self.exporters.push(exporter);
+        self
+    }
+    /// Closed windows that may wait for the export thread (default 4). When the queue is
+    /// full the oldest window is dropped and counted.
+    pub fn with_export_queue(mut self, windows: usize) -> Self {
+        self.export_queue = windows.max(1);
+        self
+    }
+    /// How long one exporter call may take (default 30 s).
+    pub fn with_export_timeout(mut self, timeout: Duration) -> Self {
+        self.export_timeout = timeout;
+        self
+    }
+    /// The CPU the sampling thread may use, as a fraction of one core (default 0.01 = 1%).
+    /// Over budget, the sampling interval stretches (samples are weighted by the real
+    /// interval, so totals stay right) and comes back when there is room; each window reports
+    /// the rate it achieved. `None` samples at the configured rate whatever it costs.
+    pub fn with_overhead_budget(mut self, budget: Option<f64>) -> Self {
+        self.overhead_budget = budget;
+        self
+    }
+    /// Per-window aggregation limits.
+    pub fn with_limits(mut self, limits: AggregatorLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+    /// Uses an existing registry (span hooks may be installed before the profiler starts).
+    pub fn with_registry(mut self, registry: Arc<ActiveSpanRegistry>) -> Self {
+        self.registry = registry;
+        self
+    }
+    /// Uses an existing span table.
+    pub fn with_span_table(mut self, spans: Arc<SpanTable>) -> Self {
+        self.spans = spans;
+        self
+    }
+    /// Replaces the wall clock (Unix nanoseconds) that windows are aligned to and stamped
+    /// with. A test hook, so fault tests can make the clock jump: not a stable API.
+    #[doc(hidden)]
+    pub fn with_wall_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.clock = WallClock(Some(Arc::new(clock)));
+        self
+    }
+    /// The registry that span hooks must feed.
+    pub fn registry(&self) -> &Arc<ActiveSpanRegistry> {
+        &self.registry
+    }
+    /// Problems found in `OTEL_RESOURCE_ATTRIBUTES` (the good entries are used).
+    pub fn resource_problems(&self) -> &[ResourceAttributeError] {
+        &self.resource_problems
+    }
+
+    /// Where a failure that stops sampling (a panic in the sampler) or an exporter panic is
+    /// reported, once each; by default one line on stderr. The host process is never harmed
+    /// by either: see [`crate::failure`].
+    ///
+    /// ```
+    /// use span_profile_core::Profiler;
+    /// use span_profile_test::FakeWalker;
+    ///
+    /// let profiler = Profiler::builder()
+    ///     .with_walker(FakeWalker::threads(1, 4))
+    ///     .with_failure_log(|message| eprintln!("profiler: {message}"))
+    ///     .start()
+    ///     .unwrap();
+    /// assert!(profiler.failure().is_none());
+    /// ```
+    pub fn with_failure_log(mut self, log: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.failure_log = HandlerField(Arc::new(log));
+        self
+    }
+
+    /// Starts the sampling and export threads.
+    pub fn start(self) -> Result<Profiler, StartError> {
+        if !(1..=10_000).contains(&self.rate_hz) {
+            return Err(StartError::InvalidSetting {
+                name: "sample_rate_hz",
+                reason: format!("{} is outside 1..=10000", self.rate_hz),
+            });
+        }
+        if self.window < Duration::from_millis(10) || self.window > Duration::from_secs(3600) {
+            return Err(StartError::InvalidSetting {
+                name: "window",
+                reason: format!("{:?} is outside 10ms..=1h", self.window),
+            });
+        }
+        if let Some(b) = self.overhead_budget {
+            if !(b > 0.0 && b <= 1.0) {
+                return Err(StartError::InvalidSetting {
+                    name: "overhead_budget",
+                    reason: format!(
+                        "{b} is outside (0, 1]: it is a fraction of one core, 0.01 = 1%"
+                    ),
+                });
+            }
+        }
+        let walker = self.walker.ok_or(StartError::NoWalker)?;
+        let mut resource = self.resource;
+        if resource.instance.is_none() {
+            resource.instance = Some(Resource::default_instance());
+        }
+        let counters = Arc::new(Counters::default());
+        let failures = Arc::new(FailureLog::new(self.failure_log.0));
+        let (win_tx, win_rx) = bounded::<Arc<Profile>>(self.export_queue);
+        let (done_tx, done_rx) = bounded::<()>(1);
+        let stopping = Arc::new(AtomicBool::new(false));
+
+        let exporter_thread = {
+            let counters = counters.clone();
+            let failures = failures.clone();
+            let exporters = self.exporters.clone();
+            let timeout = self.export_timeout;
+            let rx = win_rx.clone();
+            thread::Builder::new()
+                .name("span-profile-export".into())
+                .spawn(move || export_loop(rx, exporters, timeout, counters, &failures, done_tx))
+                .map_err(|e| StartError::Thread("export", e))?
+        };
+
+        let sampler = Sampler::new(SamplerSetup {
+            walker,
+            registry: self.registry.clone(),
+            spans: self.spans.clone(),
+            limits: self.limits,
+            resource,
+            rate_hz: self.rate_hz,
+            budget: self.overhead_budget,
+            window: self.window,
+            counters: counters.clone(),
+            failures: failures.clone(),
+            windows: (win_tx, win_rx),
+            stop: stopping.clone(),
+            clock: self.clock,
+        });
+        let sampler_thread = thread::Builder::new()
+            .name("span-profile-sampler".into())
+            .spawn(move || sampler.run())
+            .map_err(|e| StartError::Thread("sampler", e))?;
+
+        Ok(Profiler {
+            registry: self.registry,
+            spans: self.spans,
+            counters,
+            failures,
+            done_rx,
+            stopping,
+            threads: Mutex::new(Some((sampler_thread, exporter_thread))),
+        })
+    }
+}
+
+/// The builder's failure handler (a closure, so `Debug` by hand).
+#[derive(Clone)]
+struct HandlerField(FailureHandler);
+
+impl std::fmt::Debug for HandlerField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FailureHandler")
+    }
+}
