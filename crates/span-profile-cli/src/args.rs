@@ -2,19 +2,12 @@
 //! error names the form that is expected.
 
 use span_profile_export::civil::{civil_from_days, days_from_civil};
-use std::time::{SystemTime, UNIX_EPOCH};
 
+use span_profile_core::internal::now_unix_ns;
 use span_profile_core::{SpanId, TraceId};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 const NS_PER_DAY: u64 = 86_400 * NS_PER_SEC;
-
-/// The current time, Unix nanoseconds.
-pub(crate) fn now_unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
 
 /// A duration such as `500ms`, `30m`, `2h`, `14d` or `1h30m`, in nanoseconds (more than 0).
 pub(crate) fn parse_duration(s: &str) -> Result<u64, String> {

@@ -138,7 +138,10 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
     }
     let before = store.list(&Filter::default())?;
     let bytes_before = stored_bytes(&before);
-    let now_ms = args.now.unwrap_or_else(crate::args::now_unix_ns) / NS_PER_MS;
+    let now_ms = args
+        .now
+        .unwrap_or_else(span_profile_core::internal::now_unix_ns)
+        / NS_PER_MS;
     let mut groups: BTreeMap<(String, Tier), Vec<StoredFile>> = BTreeMap::new();
     for f in &before {
         if let Some(t) = tier(f.start_unix_ms, now_ms, args) {

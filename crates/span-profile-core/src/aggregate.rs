@@ -1012,13 +1012,8 @@ mod tests {
             max_task_names: 4,
         };
         let (mut fast, mut slow) = (WindowAggregator::new(limits), WindowAggregator::new(limits));
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::rng::XorShift::new(0x2545_f491_4f6c_dd1d);
+        let mut rnd = |n: u64| rng.below(n);
         let spans = SpanTable::default();
         let ctx = |s: u64| SpanContext {
             trace_id: crate::TraceId::from_u128(7).unwrap(),

@@ -38,11 +38,13 @@ pub mod otel;
 mod profile;
 pub mod query;
 mod registry;
+mod rng;
 mod rows;
 mod runtime;
 mod sampled;
 mod spans;
 mod summary;
+mod time;
 mod walker;
 
 pub use aggregate::{AggregatorLimits, Sample, StackIndex, WindowAggregator};
@@ -59,8 +61,11 @@ pub use runtime::{Profiler, ProfilerBuilder, ProfilerStats, StartError};
 pub use spans::{SpanEnd, SpanScope, SpanStart, SpanTable, SpanTableLimits, WindowSpans};
 pub use walker::{RawSample, SpanSource, StackSink, StackWalker, WalkError};
 
-/// Internals exposed for fuzz targets, benches and allocation tests. Not a stable API.
+/// Internals exposed for the workspace's other crates, fuzz targets, benches and allocation
+/// tests. Not a stable API.
 #[doc(hidden)]
 pub mod internal {
+    pub use crate::rng::XorShift;
     pub use crate::runtime::SamplerHarness;
+    pub use crate::time::{now_unix_ns, unix_ns};
 }

@@ -38,7 +38,7 @@
 
 use std::any::Any;
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use opentelemetry::context::{ContextObserver, GlobalContextObserver, ObserverContextView};
 use opentelemetry::trace::{Span as _, TraceContextExt};
@@ -47,18 +47,13 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 
 use crate::registry::ActiveSpan;
+use crate::time::unix_ns;
 use crate::{
     ActiveSpanRegistry, ExecutionKey, Profiler, SpanId, SpanScope, SpanStart, SpanTable, TraceId,
 };
 
 /// The span attribute that Grafana's traces-to-profiles joins on.
 pub const PROFILE_ID_ATTRIBUTE: &str = "pyroscope.profile.id";
-
-fn unix_ns(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
 
 fn ids(sc: &opentelemetry::trace::SpanContext) -> Option<(TraceId, SpanId)> {
     if !sc.is_valid() {

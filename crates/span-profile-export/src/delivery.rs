@@ -31,9 +31,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use span_profile_core::internal::{now_unix_ns, XorShift};
 use span_profile_core::ExportError;
 
 /// How a delivery sends, retries and spools. Build it with the `with_*` setters.
@@ -432,7 +433,7 @@ impl Delivery {
             config: config.clone(),
             check,
             attempt: 0,
-            rng: Jitter::seeded(),
+            rng: XorShift::seeded(),
         };
         let handle = std::thread::Builder::new()
             .name("span-profile-delivery".into())
@@ -670,7 +671,7 @@ struct Worker {
     check: Option<ResponseCheck>,
     /// Failed attempts in a row.
     attempt: u32,
-    rng: Jitter,
+    rng: XorShift,
 }
 
 impl Worker {
@@ -940,13 +941,6 @@ fn server_message(body: &[u8]) -> String {
     text[..end].replace(['\n', '\r'], " ")
 }
 
-fn now_unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
 /// Whether a window that ended at `end_ns` is older than `max_age`.
 pub(crate) fn is_expired(end_ns: u64, max_age: Duration) -> bool {
     now_unix_ns().saturating_sub(end_ns) > max_age.as_nanos() as u64
@@ -955,33 +949,16 @@ pub(crate) fn is_expired(end_ns: u64, max_age: Duration) -> bool {
 /// Exponential backoff with jitter: `initial * 2^(attempt-1)`, capped at `max`, then a
 /// uniform pick in its upper half (so retries of many agents spread out, and the delay never
 /// falls below half the nominal one).
-fn backoff(attempt: u32, initial: Duration, max: Duration, rng: &mut Jitter) -> Duration {
+fn backoff(attempt: u32, initial: Duration, max: Duration, rng: &mut XorShift) -> Duration {
     let exp = attempt.saturating_sub(1).min(30);
     let nominal = initial.saturating_mul(1u32 << exp).min(max);
     let half = nominal / 2;
     let nanos = half.as_nanos() as u64;
-    half + Duration::from_nanos(if nanos == 0 { 0 } else { rng.next() % nanos })
-}
-
-/// A small xorshift generator for jitter and ids; not for anything secret.
-#[derive(Debug)]
-pub(crate) struct Jitter(u64);
-
-impl Jitter {
-    pub(crate) fn seeded() -> Self {
-        let t = now_unix_ns();
-        let addr = &t as *const u64 as u64;
-        Self((t ^ addr.rotate_left(32) ^ u64::from(std::process::id())) | 1)
-    }
-
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
+    half + Duration::from_nanos(if nanos == 0 {
+        0
+    } else {
+        rng.next_u64() % nanos
+    })
 }
 
 /// The spool: entries in submission order, in memory or one file each.
@@ -1210,7 +1187,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_with_jitter_within_bounds() {
-        let mut rng = Jitter::seeded();
+        let mut rng = XorShift::seeded();
         let i = Duration::from_millis(100);
         let m = Duration::from_secs(2);
         for attempt in 1..12 {

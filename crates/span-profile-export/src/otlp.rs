@@ -49,11 +49,12 @@ use opentelemetry_proto::tonic::profiles::v1development as pb;
 use opentelemetry_proto::tonic::resource::v1::Resource as PbResource;
 use prost::Message;
 use rustc_hash::FxHashMap;
+use span_profile_core::internal::XorShift;
 use span_profile_core::{ExportError, Exporter, Profile, SpanContext};
 
 pub use crate::config::SpanScope;
 use crate::config::{parse_endpoint, parse_header_list, ConfigError, Secret};
-use crate::delivery::{Delivery, DeliveryConfig, DeliveryStats, Jitter, Request, ResponseOutcome};
+use crate::delivery::{Delivery, DeliveryConfig, DeliveryStats, Request, ResponseOutcome};
 use crate::encode::{gzip, TRUNCATED_FRAME};
 use crate::ExporterEnv;
 
@@ -277,7 +278,7 @@ pub struct OtlpExporter {
     delivery: Delivery,
     windows: AtomicU64,
     dropped_expired_windows: AtomicU64,
-    ids: Mutex<Jitter>,
+    ids: Mutex<XorShift>,
 }
 
 impl OtlpExporter {
@@ -300,7 +301,7 @@ impl OtlpExporter {
             delivery,
             windows: AtomicU64::new(0),
             dropped_expired_windows: AtomicU64::new(0),
-            ids: Mutex::new(Jitter::seeded()),
+            ids: Mutex::new(XorShift::seeded()),
         })
     }
 
@@ -341,8 +342,8 @@ impl OtlpExporter {
                 .flat_map(|s| s.profiles.iter_mut())
             {
                 let mut id = Vec::with_capacity(16);
-                id.extend_from_slice(&rng.next().to_le_bytes());
-                id.extend_from_slice(&rng.next().to_le_bytes());
+                id.extend_from_slice(&rng.next_u64().to_le_bytes());
+                id.extend_from_slice(&rng.next_u64().to_le_bytes());
                 p.profile_id = id;
             }
         }

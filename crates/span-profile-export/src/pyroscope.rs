@@ -37,12 +37,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use prost::Message;
+use span_profile_core::internal::XorShift;
 use span_profile_core::{ExportError, Exporter, Profile, ProfileSample, Stack};
 
 use crate::config::{
     base64, parse_endpoint, parse_header_list, percent_encode, ConfigError, Secret,
 };
-use crate::delivery::{Delivery, DeliveryConfig, DeliveryStats, Jitter, Request};
+use crate::delivery::{Delivery, DeliveryConfig, DeliveryStats, Request};
 use crate::encode::{encode_pprof_with, gzip, EncodeOptions, ValueSet};
 use crate::ExporterEnv;
 
@@ -402,7 +403,7 @@ pub struct PyroscopeExporter {
     dropped_expired_windows: AtomicU64,
     dropped_oversize_samples: AtomicU64,
     dropped_labels: AtomicU64,
-    ids: Mutex<Jitter>,
+    ids: Mutex<XorShift>,
 }
 
 impl PyroscopeExporter {
@@ -424,7 +425,7 @@ impl PyroscopeExporter {
             dropped_expired_windows: AtomicU64::new(0),
             dropped_oversize_samples: AtomicU64::new(0),
             dropped_labels: AtomicU64::new(0),
-            ids: Mutex::new(Jitter::seeded()),
+            ids: Mutex::new(XorShift::seeded()),
         })
     }
 
@@ -501,7 +502,7 @@ impl PyroscopeExporter {
 
     fn uuid(&self) -> String {
         let mut rng = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
-        let (a, b) = (rng.next(), rng.next());
+        let (a, b) = (rng.next_u64(), rng.next_u64());
         // Version 4, variant 1.
         let a = (a & !0xf000) | 0x4000;
         let b = (b & !(0b11 << 62)) | (0b10 << 62);

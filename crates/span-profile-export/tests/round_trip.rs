@@ -8,6 +8,7 @@ use span_profile_core::{
     Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
 };
 use span_profile_export::{decode_pprof, encode_pprof, encode_pprof_raw, TRUNCATED_FRAME};
+use span_profile_test::XorShift;
 
 fn assert_round_trips(p: &Profile) {
     let gz = encode_pprof(p);
@@ -57,31 +58,12 @@ fn a_real_frame_named_truncated_is_not_taken_for_the_marker() {
     assert_round_trips(&p);
 }
 
-/// xorshift64*: deterministic, so a failure reproduces.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-    fn number(&mut self) -> u64 {
-        match self.below(4) {
-            0 => 0,
-            1 => u64::MAX - self.below(3),
-            _ => self.below(1 << 40),
-        }
+/// Numbers a format must carry: 0, the largest, and ordinary ones.
+fn number(rng: &mut XorShift) -> u64 {
+    match rng.below(4) {
+        0 => 0,
+        1 => u64::MAX - rng.below(3),
+        _ => rng.below(1 << 40),
     }
 }
 
@@ -99,7 +81,7 @@ const ODD: &[&str] = &[
     "_other",
 ];
 
-fn random_profile(rng: &mut Rng) -> Profile {
+fn random_profile(rng: &mut XorShift) -> Profile {
     let resource = Resource {
         service: rng.pick(ODD).to_string(),
         version: (rng.below(2) == 0).then(|| rng.pick(ODD).to_string()),
@@ -109,7 +91,7 @@ fn random_profile(rng: &mut Rng) -> Profile {
             .map(|_| (rng.pick(ODD).to_string(), rng.pick(ODD).to_string()))
             .collect(),
     };
-    let mut p = Profile::empty(resource, rng.number(), rng.number(), rng.number());
+    let mut p = Profile::empty(resource, number(rng), number(rng), number(rng));
     let n_frames = rng.below(12);
     p.frames = (0..n_frames)
         .map(|_| {
@@ -132,9 +114,9 @@ fn random_profile(rng: &mut Rng) -> Profile {
         .collect();
     let spans: Vec<SpanContext> = (0..1 + rng.below(3))
         .map(|_| SpanContext {
-            trace_id: TraceId::from_u128(u128::from(rng.next()) << 64 | 1).unwrap(),
-            span_id: SpanId::from_u64(rng.next() | 1).unwrap(),
-            local_root_span_id: SpanId::from_u64(rng.next() | 1).unwrap(),
+            trace_id: TraceId::from_u128(u128::from(rng.next_u64()) << 64 | 1).unwrap(),
+            span_id: SpanId::from_u64(rng.next_u64() | 1).unwrap(),
+            local_root_span_id: SpanId::from_u64(rng.next_u64() | 1).unwrap(),
         })
         .collect();
     let n_stacks = p.stacks.len() as u64;
@@ -145,10 +127,10 @@ fn random_profile(rng: &mut Rng) -> Profile {
             route: Arc::from(rng.pick(ODD)),
             thread_name: Arc::from(rng.pick(ODD)),
             task_name: (rng.below(2) == 0).then(|| Arc::from(rng.pick(ODD))),
-            cpu_samples: rng.number(),
-            wall_samples: rng.number(),
-            cpu_ns: rng.number(),
-            wall_ns: rng.number(),
+            cpu_samples: number(rng),
+            wall_samples: number(rng),
+            cpu_ns: number(rng),
+            wall_ns: number(rng),
         })
         .collect();
     p.spans = spans
@@ -160,19 +142,20 @@ fn random_profile(rng: &mut Rng) -> Profile {
             local_root_span_id: c.local_root_span_id,
             name: rng.pick(ODD).into(),
             route: (rng.below(2) == 0).then(|| rng.pick(ODD).into()),
-            start_unix_ns: rng.number(),
-            end_unix_ns: (rng.below(2) == 0).then(|| rng.number()),
+            start_unix_ns: number(rng),
+            end_unix_ns: (rng.below(2) == 0).then(|| number(rng)),
         })
         .collect();
-    p.stats.ticks = rng.number();
-    p.stats.dropped_windows = rng.number();
-    p.stats.effective_rate_millihz = rng.number();
+    p.stats.ticks = number(rng);
+    p.stats.dropped_windows = number(rng);
+    p.stats.effective_rate_millihz = number(rng);
     p
 }
 
 #[test]
 fn random_profiles_round_trip() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    // Deterministic, so a failure reproduces.
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     for i in 0..500 {
         let p = random_profile(&mut rng);
         let back = decode_pprof(&encode_pprof(&p)).unwrap_or_else(|e| panic!("case {i}: {e}"));

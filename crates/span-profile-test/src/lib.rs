@@ -281,36 +281,11 @@ pub fn __note_bytes(delta: i64) {
 }
 
 /// xorshift64*: a deterministic, dependency-free generator for generated test inputs, so that a
-/// failure reproduces from its seed.
+/// failure reproduces from its seed (the workspace's one generator).
 ///
 /// ```
 /// let mut rng = span_profile_test::XorShift(42);
 /// assert!(rng.below(10) < 10);
 /// assert_eq!(rng.below(0), 0);
 /// ```
-#[derive(Debug, Clone)]
-pub struct XorShift(pub u64);
-
-impl XorShift {
-    /// The next number. The state must not be 0 (it would stay 0).
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// A number below `n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-
-    /// One of `from`, which must not be empty.
-    pub fn pick<'a, T: ?Sized>(&mut self, from: &[&'a T]) -> &'a T {
-        from[self.below(from.len() as u64) as usize]
-    }
-}
+pub use span_profile_core::internal::XorShift;

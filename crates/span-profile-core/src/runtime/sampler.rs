@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
@@ -30,7 +30,7 @@ impl WallClock {
     fn now_ns(&self) -> u64 {
         match &self.0 {
             Some(f) => f(),
-            None => unix_ns(SystemTime::now()),
+            None => crate::time::now_unix_ns(),
         }
     }
 }
@@ -81,12 +81,6 @@ pub(super) struct Sampler {
     fixed: FixedCosts,
     tick_samples: u64,
     clock: WallClock,
-}
-
-fn unix_ns(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }
 
 /// What the budget reserves before the interval is set: the export thread's CPU rate (from

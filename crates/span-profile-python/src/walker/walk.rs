@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use span_profile_core::internal::XorShift;
 use span_profile_core::{
     ExecutionKey, Frame, RawFrame, RawSample, SpanSource, StackSink, StackWalker, WalkError,
 };
@@ -328,25 +329,6 @@ struct FrameSlot {
     line: Option<u32>,
 }
 
-/// xorshift64*: the reservoir's and the weights' randomness (no allocation, no syscalls).
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in `0..n` (n > 0; the modulo bias is below 2^-40 for the counts used here).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// Why one thread's walk stopped early.
 enum ThreadFailure {
     Invalid,
@@ -416,7 +398,8 @@ pub struct PythonWalker<R> {
     prefetch_ok: [bool; MAX_OUTSIDE],
     outside: [u64; MAX_OUTSIDE],
     outside_n: usize,
-    rng: Rng,
+    /// The reservoir's and the weights' randomness.
+    rng: XorShift,
     tick: u64,
 }
 
@@ -528,7 +511,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             prefetch_ok: [false; MAX_OUTSIDE],
             outside: [0; MAX_OUTSIDE],
             outside_n: 0,
-            rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (target.runtime | 1)),
+            rng: XorShift::new(0x9e37_79b9_7f4a_7c15 ^ (target.runtime | 1)),
             tick: 0,
             config,
         })
