@@ -14,7 +14,7 @@ cd "$ROOT"
 PYTHON="${PYTHON:-python3.11}"
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
     # pyenv installs without shims on PATH: take its newest 3.11.
-    for p in "${PYENV_ROOT:-/root/.pyenv}"/versions/3.11.*/bin/python; do
+    for p in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11.*/bin/python; do
         [[ -x "$p" ]] && PYTHON="$p"
     done
 fi

@@ -16,7 +16,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYENV_ROOT="${PYENV_ROOT:-/root/.pyenv}"
+PYENV_ROOT="${PYENV_ROOT:-$HOME/.pyenv}"
 VERSIONS="${SPAN_PROFILE_PYTHONS:-3.9 3.10 3.11 3.12 3.13}"
 VENVS="$ROOT/target/venvs"
 WHEELS="$ROOT/target/span-profile-wheels"

@@ -44,7 +44,7 @@ fi
 # (the Python matrix also runs under 3.9, which these packages no longer support):
 #   tools: py-spy, the oracle of the CPython walker's Rust tests (walker_real.rs);
 #   otlp:  opentelemetry-proto, the decoder behind the OTLP receiver (Rust and Python tests).
-base_py="$(ls -d "${PYENV_ROOT:-/root/.pyenv}"/versions/3.1[1-3].*/bin/python 2>/dev/null | head -1)"
+base_py="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[1-3].*/bin/python 2>/dev/null | head -1)"
 base_py="${base_py:-python3}"
 tool_venv() { # name file-it-must-have package...
     local dir="$ROOT/target/venvs/$1" must="$2"

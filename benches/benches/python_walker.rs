@@ -60,7 +60,7 @@ impl Drop for Interp {
 fn python() -> Option<PathBuf> {
     let p = std::env::var_os("SPAN_PROFILE_BENCH_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/root/.pyenv/versions/3.12.1/bin/python"));
+        .unwrap_or_else(|| span_profile_test::pyenv_versions().join("3.12.1/bin/python"));
     p.exists().then_some(p)
 }
 

@@ -13,8 +13,9 @@ use span_profile::walker::testing::Collected;
 use span_profile::walker::{PythonVersion, PythonWalker, WalkerConfig};
 use span_profile_core::StackWalker;
 
-const HOME: &str = "/root/.pyenv/versions/3.12.1";
-const LIB: &str = "/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0";
+/// The pyenv CPython this test embeds (its shared library, `--enable-shared`).
+const VERSION: &str = "3.12.1";
+const LIB: &str = "lib/libpython3.12.so.1.0";
 
 const SCRIPT: &str = r#"
 import threading
@@ -53,15 +54,18 @@ unsafe fn sym<F: Copy>(lib: *mut c_void, name: &str) -> F {
 
 #[test]
 fn walks_its_own_interpreter() {
-    if !std::path::Path::new(LIB).exists() {
-        assert!(std::env::var_os("CI").is_none(), "{LIB} is required in CI");
-        eprintln!("note: skipping: {LIB} not found");
+    let home = span_profile_test::pyenv_versions().join(VERSION);
+    let lib_path = home.join(LIB);
+    if !lib_path.exists() {
+        let lib = lib_path.display();
+        assert!(std::env::var_os("CI").is_none(), "{lib} is required in CI");
+        eprintln!("note: skipping: {lib} not found");
         return;
     }
     // The embedded interpreter finds its standard library through PYTHONHOME; set before any
     // Python code runs, while this test is the only thread touching the environment.
-    std::env::set_var("PYTHONHOME", HOME);
-    let path = CString::new(LIB).expect("no NUL");
+    std::env::set_var("PYTHONHOME", &home);
+    let path = CString::new(lib_path.to_string_lossy().into_owned()).expect("no NUL");
     // SAFETY: (1) `path` is NUL-terminated; loading libpython runs only its constructors.
     let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
     assert!(!lib.is_null(), "dlopen libpython");

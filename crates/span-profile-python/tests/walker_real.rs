@@ -35,7 +35,7 @@ fn missing(what: &str) -> Option<()> {
 }
 
 fn interpreter(full_version: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(format!("/root/.pyenv/versions/{full_version}/bin/python"));
+    let p = span_profile_test::pyenv_versions().join(format!("{full_version}/bin/python"));
     if p.exists() {
         Some(p)
     } else {
@@ -49,7 +49,7 @@ fn py_spy() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PY_SPY") {
         return Some(PathBuf::from(p));
     }
-    if let Ok(dir) = std::fs::read_dir("/root/.pyenv/versions") {
+    if let Ok(dir) = std::fs::read_dir(span_profile_test::pyenv_versions()) {
         let mut found: Vec<PathBuf> = dir
             .filter_map(|e| e.ok())
             .map(|e| e.path().join("bin/py-spy"))

@@ -289,3 +289,17 @@ pub fn __note_bytes(delta: i64) {
 /// assert_eq!(rng.below(0), 0);
 /// ```
 pub use span_profile_core::internal::XorShift;
+
+/// Where pyenv keeps its interpreters: `$PYENV_ROOT/versions`, else `~/.pyenv/versions` (the
+/// specs and benches that run a CPython find each version there, as `.ci/run` installs them).
+///
+/// ```
+/// assert!(span_profile_test::pyenv_versions().ends_with("versions"));
+/// ```
+pub fn pyenv_versions() -> std::path::PathBuf {
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pyenv")))
+        .unwrap_or_else(|| std::path::PathBuf::from(".pyenv"));
+    root.join("versions")
+}
