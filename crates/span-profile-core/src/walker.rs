@@ -63,7 +63,9 @@ pub enum WalkError {
 
 /// Receives the stacks of one tick. Implemented by the sampler; walkers only call it.
 pub trait StackSink {
-    /// Records one stack. Must be called at most once per key per tick.
+    /// Records one stack. A walker calls it once per thread or task it sampled in the tick,
+    /// plus any CPU-only samples (`weight` 0, ADR 0019); a signal-driven walker may report
+    /// several samples of one key in a tick, each taken at its own instant (ADR 0005).
     fn sample(&mut self, sample: &RawSample<'_>);
     /// Counts a failure (one per thread or task that could not be walked).
     fn error(&mut self, error: WalkError);

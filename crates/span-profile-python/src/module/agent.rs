@@ -431,10 +431,10 @@ impl NativeAgent {
             walker::own_package_dir(py),
         );
         // Nothing enters spans here: the sampler reads OpenTelemetry's own context, and spans
-        // resolve through the span-object table (ADR 0011). The registry only answers the
-        // runtime's lookups for samples without a span, which always miss, so it gets the
-        // smallest table (64 slots) rather than the default 4,096: every slot is written at
-        // start, and 4,096 are 290 KB of resident memory for nothing.
+        // resolve through the span-object table (ADR 0011); a sample whose context cannot be
+        // read says `SpanSource::Unknown`. No sample asks the registry, which the builder
+        // still requires: it gets the smallest table (64 slots) rather than the default 4,096,
+        // as every slot is written at start.
         let registry = Arc::new(ActiveSpanRegistry::with_capacity(64));
         let spans = Arc::new(SpanTable::default());
         let profiler = Profiler::builder()

@@ -14,8 +14,8 @@
 //! key among its dict entries → look the span object's address up in the span-object table
 //! that our span processor fills. The cost does not depend on how many tasks exist: only the
 //! running context is read. Every node read is validated against the HAMT node types, the
-//! depth and sizes are capped, and every failure is a counter (the sample then falls back to
-//! the thread's registry entry).
+//! depth and sizes are capped, and every failure is a counter (the sample then carries no
+//! span, `SpanSource::Unknown`: nothing else on a Python thread knows its span).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -316,7 +316,7 @@ pub struct ContextCounters {
     pub untracked: AtomicU64,
     /// Samples that carried a task name.
     pub tasks: AtomicU64,
-    /// Failed reads or validations (the sample falls back to the registry).
+    /// Failed reads or validations (the sample carries no span).
     pub invalid: AtomicU64,
     /// Samples dropped because another context was entered (an asyncio task switch), or a
     /// variable of the entered context was set (a span entered or left), while the stack was
@@ -651,7 +651,7 @@ fn read_slot(
 /// What one context lookup found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContextSpan {
-    /// The context could not be read (or context reading is off): use the registry.
+    /// The context could not be read (or context reading is off): the sample has no span.
     Unknown,
     /// The span current in the running context (`None`: no span).
     Known(Option<ActiveSpan>),
@@ -997,7 +997,7 @@ impl ContextReader {
     }
 
     /// Hands `sample` to `sink` with the span and task name of the context running on the
-    /// thread state at `tstate` (the registry is used when that context cannot be read).
+    /// thread state at `tstate` (no span when that context cannot be read).
     /// Returns what was found, unless the context changed while the frames were copied.
     pub(crate) fn emit(
         &mut self,
@@ -1059,7 +1059,7 @@ impl ContextReader {
 impl<R: MemoryReader> PythonWalker<R> {
     /// Reads each sampled thread's span (and asyncio task name) from the context running on
     /// it (ADR 0011; the design is in `walker/context.rs`'s module docs). Samples whose context
-    /// cannot be read keep using the registry.
+    /// cannot be read carry no span.
     pub fn with_context(mut self, target: ContextTarget) -> Self {
         self.ctx.target = Some(target);
         self
@@ -1298,7 +1298,7 @@ mod tests {
         // A value of another type (None, after a detach) means no span.
         m.mem.write_u64(slot + 8, 0x1234);
         assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Known(None));
-        // Right type, wrong magic: garbage, counted, registry fallback.
+        // Right type, wrong magic: garbage, counted, no span.
         m.mem.write_u64(slot + 8, SLOT_TYPE);
         m.mem.write_u64(slot + 16, 0);
         assert_eq!(r.resolve(&m.mem, ts), ContextSpan::Unknown);

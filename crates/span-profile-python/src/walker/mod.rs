@@ -21,8 +21,8 @@
 //! chunk is copied in one read and the frames in it are walked from that copy; frames outside it
 //! (generators, coroutines, C-stack shims, 3.9/3.10 frame objects) are read one by one, except that
 //! the ones the thread's previous walk had to read are prefetched together in one batched read. The
-//! headers of the stack's code objects are then read in one batched read; a header that matched the
-//! cache within the last 32 ticks is not read again (a running frame keeps its code object alive).
+//! headers of the stack's code objects are then read in one batched read on every tick, and each one
+//! proves by content that its address still holds the code object the cache resolved (ADR 0020).
 //! A code object seen for the first time has its names and line table copied into the walker's
 //! cache (the only allocations, with the per-thread stack buffers: warm-up); afterwards a frame
 //! costs a line-table lookup in local memory. Threads (256), frames (128), interpreters (16),

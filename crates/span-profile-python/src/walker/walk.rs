@@ -804,7 +804,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                     thread_name: self.name.as_str(),
                     task_name: None,
                     key: ExecutionKey::thread(t.thread_id),
-                    span: SpanSource::Registry,
+                    span: SpanSource::Unknown,
                     weight,
                 };
                 self.ctx.emit_resolved(r, sink, sample);
@@ -869,7 +869,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             thread_name: self.name.as_str(),
             task_name: None,
             key: ExecutionKey::thread(t.thread_id),
-            span: SpanSource::Registry,
+            span: SpanSource::Unknown,
             weight,
         };
         let resolution = self.ctx.emit(&self.reader, t.tstate, sink, sample);
@@ -934,7 +934,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             thread_name: self.name.as_str(),
             task_name: None,
             key: ExecutionKey::thread(t.thread_id),
-            span: SpanSource::Registry,
+            span: SpanSource::Unknown,
             weight: 0,
         };
         self.ctx.emit_resolved(resolution, sink, sample);
