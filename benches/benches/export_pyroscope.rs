@@ -29,16 +29,6 @@ use span_profile_export::FileStore;
 
 mod export_window;
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
-
 /// The capture server (`--serve`): reads each request whole and answers 200. Prints its port.
 fn serve() {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
@@ -151,8 +141,8 @@ fn throughput(arm: &str, n: usize) {
     let pyro = sink.as_ref().map(|s| pyroscope(&s.url, n * 2));
     let file = (arm == "file").then(|| FileStore::new(&dir));
     let export = |w: &Arc<span_profile_core::Profile>| match (&pyro, &file) {
-        (Some(p), _) => block_on(p.export(w.clone())),
-        (_, Some(f)) => block_on(f.export(w.clone())),
+        (Some(p), _) => p.export(w.clone()),
+        (_, Some(f)) => f.export(w.clone()),
         _ => unreachable!(),
     };
     let base = proc_status_kib("VmRSS:");
@@ -162,7 +152,7 @@ fn throughput(arm: &str, n: usize) {
         export(&w).expect("export");
     }
     if let Some(p) = &pyro {
-        block_on(p.force_flush()).expect("flush");
+        p.force_flush().expect("flush");
     }
     let took = t0.elapsed();
     let peak = proc_status_kib("VmHWM:");
@@ -183,7 +173,7 @@ fn throughput(arm: &str, n: usize) {
         base as f64 / 1024.0,
     );
     if let Some(p) = &pyro {
-        let _ = block_on(p.shutdown_with_timeout(Duration::from_secs(5)));
+        let _ = p.shutdown_with_timeout(Duration::from_secs(5));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -210,8 +200,8 @@ fn idle(arm: &str, seconds: u32) {
     for i in 0..seconds {
         let t = Instant::now();
         let _ = match (&file, &pyro) {
-            (Some(f), _) => block_on(f.export(w.clone())),
-            (_, Some(p)) => block_on(p.export(w.clone())),
+            (Some(f), _) => f.export(w.clone()),
+            (_, Some(p)) => p.export(w.clone()),
             _ => unreachable!(),
         };
         export_time += t.elapsed();
@@ -240,7 +230,7 @@ fn idle(arm: &str, seconds: u32) {
         peak as f64 / 1024.0,
     );
     if let Some(p) = &pyro {
-        let _ = block_on(p.shutdown_with_timeout(Duration::from_millis(100)));
+        let _ = p.shutdown_with_timeout(Duration::from_millis(100));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

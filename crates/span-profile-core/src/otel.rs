@@ -66,30 +66,14 @@ fn ids(sc: &opentelemetry::trace::SpanContext) -> Option<(TraceId, SpanId)> {
 }
 
 /// Records span metadata in the profiler's [`SpanTable`] and tags spans with
-/// [`PROFILE_ID_ATTRIBUTE`]: the spans whose own id the backend stores samples under, as
-/// [`SpanScope::links`] tells. With the default [`SpanScope::LocalRoot`] (Pyroscope's), only
-/// local roots carry it, so a link never leads to an empty profile.
+/// [`PROFILE_ID_ATTRIBUTE`]: the spans whose own id the exporters store samples under, as
+/// the profiler's [`Profiler::span_scope`] and [`SpanScope::links`] tell. With a Pyroscope
+/// exporter at its default scope ([`SpanScope::LocalRoot`]), only local roots carry it, so a
+/// link never leads to an empty profile. Made by [`install`].
 #[derive(Debug, Clone)]
 pub struct SpanProfileProcessor {
     spans: Arc<SpanTable>,
     scope: SpanScope,
-}
-
-impl SpanProfileProcessor {
-    /// A processor feeding `spans`, linking local roots.
-    pub fn new(spans: Arc<SpanTable>) -> Self {
-        Self {
-            spans,
-            scope: SpanScope::LocalRoot,
-        }
-    }
-
-    /// Links the spans of `scope`: use the span scope the exporter labels samples with
-    /// (`SpanScope::All` for a Pyroscope exporter set to every span, or for the file store).
-    pub fn with_span_scope(mut self, scope: SpanScope) -> Self {
-        self.scope = scope;
-        self
-    }
 }
 
 impl SpanProcessor for SpanProfileProcessor {
@@ -220,7 +204,8 @@ impl ContextObserver for Observer {
 
 /// Connects OpenTelemetry-Rust to `profiler`: installs the global context observer (once per
 /// process; later calls redirect it to the new profiler) and returns the span processor to add
-/// to the `SdkTracerProvider`.
+/// to the `SdkTracerProvider`. The processor links the spans of the profiler's
+/// [`Profiler::span_scope`], which its exporters state.
 pub fn install(profiler: &Profiler) -> SpanProfileProcessor {
     let target = TARGET.get_or_init(|| RwLock::new(Target::default()));
     if let Ok(mut t) = target.write() {
@@ -229,7 +214,10 @@ pub fn install(profiler: &Profiler) -> SpanProfileProcessor {
     }
     static OBSERVER_SET: OnceLock<()> = OnceLock::new();
     OBSERVER_SET.get_or_init(|| GlobalContextObserver::set(Arc::new(Observer)));
-    SpanProfileProcessor::new(profiler.span_table().clone())
+    SpanProfileProcessor {
+        spans: profiler.span_table().clone(),
+        scope: profiler.span_scope(),
+    }
 }
 
 /// Makes a context's span current for the profiler on this thread until dropped: the explicit

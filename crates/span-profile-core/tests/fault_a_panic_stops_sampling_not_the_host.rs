@@ -104,16 +104,9 @@ fn a_panicking_walker_stops_sampling_logs_once_and_the_host_goes_on() {
 #[derive(Debug)]
 struct PanickingExporter;
 
-#[async_trait::async_trait]
 impl Exporter for PanickingExporter {
-    async fn export(&self, _profile: Arc<Profile>) -> Result<(), ExportError> {
+    fn export(&self, _profile: Arc<Profile>) -> Result<(), ExportError> {
         panic!("exporter bug");
-    }
-    async fn force_flush(&self) -> Result<(), ExportError> {
-        Ok(())
-    }
-    async fn shutdown_with_timeout(&self, _timeout: Duration) -> Result<(), ExportError> {
-        Ok(())
     }
 }
 

@@ -24,7 +24,8 @@ fn take_turn() -> std::sync::MutexGuard<'static, ()> {
 fn nested_spans_route_local_root_and_profile_id_attribute() {
     let _turn = take_turn();
     let key = ExecutionKey::current_thread();
-    let exporter = InMemoryExporter::default();
+    // It stands for a Pyroscope exporter at its default scope: samples under local roots.
+    let exporter = InMemoryExporter::default().with_span_scope(SpanScope::LocalRoot);
     let profiler = Profiler::builder()
         .with_sample_rate_hz(500)
         // The fake walker samples this very thread's key, so samples show what the registry
@@ -98,8 +99,8 @@ fn nested_spans_route_local_root_and_profile_id_attribute() {
         .iter()
         .any(|s| s.route.as_deref() == Some("/checkout")));
 
-    // Pyroscope stores samples under the local root's id (the default span scope): only the
-    // root carries the link, so a link never leads to an empty profile.
+    // The exporter stores samples under the local root's id (Pyroscope's default span
+    // scope): only the root carries the link, so a link never leads to an empty profile.
     let exported = spans_out.get_finished_spans().unwrap();
     assert_eq!(
         profile_id(&exported, "POST /checkout"),
@@ -119,18 +120,22 @@ fn profile_id(spans: &[SpanData], name: &str) -> Option<String> {
         .map(|kv| kv.value.as_str().into_owned())
 }
 
-/// With every span's samples kept under its own id (`SpanScope::All`), every span links.
+/// With every span's samples kept under its own id (an exporter whose scope is
+/// `SpanScope::All`, as the file store's is), every span links; and one such exporter among
+/// others is enough.
 #[test]
 fn with_all_spans_scope_every_span_carries_its_own_profile_id() {
     let _turn = take_turn();
     let profiler = Profiler::builder()
         .with_walker(FakeWalker::threads(1, 2))
+        .with_exporter(InMemoryExporter::default().with_span_scope(SpanScope::LocalRoot))
         .with_exporter(InMemoryExporter::default())
         .start()
         .unwrap();
+    assert_eq!(profiler.span_scope(), SpanScope::All);
     let spans_out = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
-        .with_span_processor(otel::install(&profiler).with_span_scope(SpanScope::All))
+        .with_span_processor(otel::install(&profiler))
         .with_simple_exporter(spans_out.clone())
         .build();
     let tracer = provider.tracer("checkout");

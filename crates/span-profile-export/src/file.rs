@@ -22,7 +22,7 @@ use std::sync::{Arc, Once};
 use std::time::{Duration, SystemTime};
 
 use span_profile_core::query::{SummaryScope, WindowSummary};
-use span_profile_core::{ExportError, Exporter, Profile};
+use span_profile_core::{ExportError, Exporter, Profile, SpanScope};
 
 use crate::summary::{self, encode_summary, SummaryError, MAX_SUMMARY_LEN};
 use crate::{decode_pprof, encode_pprof, write_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
@@ -48,15 +48,10 @@ const NS_PER_DAY: u64 = 86_400 * 1_000_000_000;
 /// use span_profile_core::{Exporter, Profile, Resource};
 /// use span_profile_export::{FileStore, StoreFilter};
 ///
-/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
-/// #     let mut f = std::pin::pin!(f);
-/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
-/// # }
 /// let dir = std::env::temp_dir().join(format!("span-profile-doc-{}", std::process::id()));
 /// let store = FileStore::new(&dir);
 /// let window = Profile::empty(Resource::default(), 1_700_000_000_000_000_000, 10_000_000_000, 10_000_000);
-/// block_on(store.export(Arc::new(window.clone()))).unwrap();
+/// store.export(Arc::new(window.clone())).unwrap();
 ///
 /// let read = FileStore::read(&dir, &StoreFilter::default()).unwrap();
 /// assert_eq!(read.profiles, vec![window]);
@@ -468,9 +463,9 @@ impl FileStore {
     }
 }
 
-#[async_trait::async_trait]
 impl Exporter for FileStore {
-    async fn export(&self, profile: Arc<Profile>) -> Result<(), ExportError> {
+    /// Writes the window and its summary; returns when both are on disk.
+    fn export(&self, profile: Arc<Profile>) -> Result<(), ExportError> {
         // Acquire pairs with the Release in shutdown: no write starts after shutdown returns.
         if self.shut_down.load(Ordering::Acquire) {
             return Err(ExportError::AlreadyShutdown);
@@ -478,14 +473,19 @@ impl Exporter for FileStore {
         self.write(&profile).map(|_| ())
     }
 
-    async fn force_flush(&self) -> Result<(), ExportError> {
+    fn force_flush(&self) -> Result<(), ExportError> {
         // Every write is fsynced before export returns; nothing is buffered.
         Ok(())
     }
 
-    async fn shutdown_with_timeout(&self, _timeout: Duration) -> Result<(), ExportError> {
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> Result<(), ExportError> {
         self.shut_down.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Every sample is stored under the span that was innermost.
+    fn span_scope(&self) -> SpanScope {
+        SpanScope::All
     }
 }
 

@@ -60,9 +60,7 @@ pub mod pyroscope;
 mod summary;
 
 pub use config::{ConfigError, ExporterEnv, Secret, SpanScope};
-pub use output::{
-    build_output, exporter_for_output, parse_output, BuiltOutput, Output, OutputError,
-};
+pub use output::{exporter_for_output, parse_output, Output, OutputError};
 
 pub use decode::{decode_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
 pub use encode::{encode_pprof, encode_pprof_raw, write_pprof, TRUNCATED_FRAME};

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use span_profile_core::{Exporter, SpanScope};
+use span_profile_core::Exporter;
 
 use crate::config::{strip_userinfo, ConfigError};
 use crate::ExporterEnv;
@@ -89,12 +89,17 @@ pub fn parse_output(output: &str) -> Result<Output, OutputError> {
 
 /// Builds the exporter for an `output` setting: a directory (the file store), a
 /// `pyroscope+http(s)://` URL or an `otlp+http(s)://` URL, configured from `env` (see
-/// [`crate::pyroscope`] and [`crate::otlp`] for the variables).
+/// [`crate::pyroscope`] and [`crate::otlp`] for the variables). The exporter states the span
+/// its backend keeps samples under ([`Exporter::span_scope`]): the innermost for the file
+/// store, the configured scope for Pyroscope (local root by default) and OTLP (all by
+/// default).
 ///
 /// ```
+/// use span_profile_core::SpanScope;
 /// use span_profile_export::{exporter_for_output, ExporterEnv};
 /// let env = ExporterEnv::from_pairs([("PYROSCOPE_TENANT_ID", "team-a")]);
 /// let exporter = exporter_for_output("pyroscope+http://127.0.0.1:4040", &env).unwrap();
+/// assert_eq!(exporter.span_scope(), SpanScope::LocalRoot);
 /// let err = exporter_for_output("otlp+http://", &env).unwrap_err();
 /// assert!(err.to_string().contains("host"), "{err}");
 /// ```
@@ -102,37 +107,10 @@ pub fn exporter_for_output(
     output: &str,
     env: &ExporterEnv,
 ) -> Result<Box<dyn Exporter>, OutputError> {
-    build_output(output, env).map(|b| b.exporter)
-}
-
-/// An exporter built from an `output` setting, with the span scope its backend keeps samples
-/// under: what span processors need to set `pyroscope.profile.id` on the right spans
-/// ([`SpanScope::links`]).
-pub struct BuiltOutput {
-    /// The exporter.
-    pub exporter: Box<dyn Exporter>,
-    /// The span each sample is stored under: the innermost for the file store, the
-    /// configured scope for Pyroscope (local root by default) and OTLP (all by default).
-    pub span_scope: SpanScope,
-}
-
-impl std::fmt::Debug for BuiltOutput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BuiltOutput")
-            .field("span_scope", &self.span_scope)
-            .finish_non_exhaustive()
-    }
-}
-
-/// [`exporter_for_output`], with the span scope of the exporter it builds.
-pub fn build_output(output: &str, env: &ExporterEnv) -> Result<BuiltOutput, OutputError> {
     let _ = env;
     match parse_output(output)? {
         #[cfg(feature = "file")]
-        Output::Dir(dir) => Ok(BuiltOutput {
-            exporter: Box::new(crate::FileStore::new(dir)),
-            span_scope: SpanScope::All,
-        }),
+        Output::Dir(dir) => Ok(Box::new(crate::FileStore::new(dir))),
         #[cfg(not(feature = "file"))]
         Output::Dir(_) => Err(OutputError::NotBuilt {
             output: output.trim().to_string(),
@@ -141,11 +119,7 @@ pub fn build_output(output: &str, env: &ExporterEnv) -> Result<BuiltOutput, Outp
         #[cfg(feature = "pyroscope")]
         Output::Pyroscope(url) => {
             let config = crate::pyroscope::PyroscopeConfig::from_env(&url, env)?;
-            let span_scope = config.span_scope;
-            Ok(BuiltOutput {
-                exporter: Box::new(crate::pyroscope::PyroscopeExporter::new(config)?),
-                span_scope,
-            })
+            Ok(Box::new(crate::pyroscope::PyroscopeExporter::new(config)?))
         }
         #[cfg(not(feature = "pyroscope"))]
         Output::Pyroscope(_) => Err(OutputError::NotBuilt {
@@ -155,11 +129,7 @@ pub fn build_output(output: &str, env: &ExporterEnv) -> Result<BuiltOutput, Outp
         #[cfg(feature = "otlp")]
         Output::Otlp(url) => {
             let config = crate::otlp::OtlpConfig::from_env(&url, env)?;
-            let span_scope = config.span_scope;
-            Ok(BuiltOutput {
-                exporter: Box::new(crate::otlp::OtlpExporter::new(config)?),
-                span_scope,
-            })
+            Ok(Box::new(crate::otlp::OtlpExporter::new(config)?))
         }
         #[cfg(not(feature = "otlp"))]
         Output::Otlp(_) => Err(OutputError::NotBuilt {

@@ -758,9 +758,10 @@ fn cut(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-#[async_trait::async_trait]
 impl Exporter for PyroscopeExporter {
-    async fn export(&self, profile: Arc<Profile>) -> Result<(), ExportError> {
+    /// Encodes the window and queues it for the delivery thread; never waits for the
+    /// network (delivery owns the request timeout, the retries and the spool).
+    fn export(&self, profile: Arc<Profile>) -> Result<(), ExportError> {
         self.windows.fetch_add(1, Ordering::Relaxed);
         let end_ns = profile.start_unix_ns.saturating_add(profile.duration_ns);
         self.delivery
@@ -769,12 +770,17 @@ impl Exporter for PyroscopeExporter {
             })
     }
 
-    async fn force_flush(&self) -> Result<(), ExportError> {
+    fn force_flush(&self) -> Result<(), ExportError> {
         self.delivery.flush_default()
     }
 
-    async fn shutdown_with_timeout(&self, timeout: Duration) -> Result<(), ExportError> {
+    fn shutdown_with_timeout(&self, timeout: Duration) -> Result<(), ExportError> {
         self.delivery.shutdown_with_timeout(timeout)
+    }
+
+    /// The configured scope (`with_span_scope` or its environment variable).
+    fn span_scope(&self) -> SpanScope {
+        self.config.span_scope
     }
 }
 

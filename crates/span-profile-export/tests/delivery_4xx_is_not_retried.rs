@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recent_checkout;
 use common::server::{CaptureServer, Reply};
-use common::{block_on, recent_checkout};
 use span_profile_core::{ExportError, Exporter};
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
@@ -25,8 +25,8 @@ fn a_400_is_reported_with_the_server_message_and_not_retried() {
             .with_delivery(delivery),
     )
     .unwrap();
-    block_on(exporter.export(Arc::new(recent_checkout()))).unwrap();
-    block_on(exporter.force_flush()).unwrap();
+    exporter.export(Arc::new(recent_checkout())).unwrap();
+    exporter.force_flush().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(server.requests().len(), 1, "not retried");
     let s = exporter.stats().delivery;
@@ -36,10 +36,12 @@ fn a_400_is_reported_with_the_server_message_and_not_retried() {
         "{s:?}"
     );
     // The next export reports it (and still queues its own window).
-    let err = block_on(exporter.export(Arc::new(recent_checkout()))).unwrap_err();
+    let err = exporter.export(Arc::new(recent_checkout())).unwrap_err();
     let ExportError::InternalFailure(msg) = err else {
         panic!("{err:?}")
     };
     assert!(msg.contains("400") && msg.contains("is not valid"), "{msg}");
-    block_on(exporter.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    exporter
+        .shutdown_with_timeout(Duration::from_secs(2))
+        .unwrap();
 }

@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recent_checkout;
 use common::server::{CaptureServer, Reply};
-use common::{block_on, recent_checkout};
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
@@ -32,7 +32,7 @@ fn backoff_and_retry_after_are_honoured() {
             .with_delivery(delivery),
     )
     .unwrap();
-    block_on(exporter.export(Arc::new(recent_checkout()))).unwrap();
+    exporter.export(Arc::new(recent_checkout())).unwrap();
     let reqs = server.wait_for(3, Duration::from_secs(6));
     assert_eq!(reqs.len(), 3);
     let gap1 = reqs[1].at - reqs[0].at;
@@ -42,8 +42,10 @@ fn backoff_and_retry_after_are_honoured() {
     // Attempt 2 waits for the server's Retry-After: 1 s, over the 200-400 ms backoff.
     assert!(gap2 >= Duration::from_millis(990), "{gap2:?}");
     assert_eq!(reqs[0].body, reqs[2].body, "the same request is retried");
-    block_on(exporter.force_flush()).unwrap();
+    exporter.force_flush().unwrap();
     let s = exporter.stats().delivery;
     assert_eq!((s.retries, s.sent, s.rejected), (2, 1, 0), "{s:?}");
-    block_on(exporter.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    exporter
+        .shutdown_with_timeout(Duration::from_secs(2))
+        .unwrap();
 }

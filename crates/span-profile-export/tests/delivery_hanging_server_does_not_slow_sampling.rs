@@ -34,7 +34,7 @@ fn timeouts_fire_and_ticks_keep_coming() {
         .with_service("hang")
         .with_sample_rate_hz(200)
         .with_window(Duration::from_millis(100))
-        .with_export_timeout(Duration::from_millis(200))
+        .with_exporter_shutdown_timeout(Duration::from_millis(200))
         .with_overhead_budget(None)
         .with_walker(walker)
         .with_shared_exporter(exporter.clone())

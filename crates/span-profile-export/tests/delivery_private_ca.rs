@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{block_on, recent_checkout};
+use common::recent_checkout;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
@@ -123,12 +123,14 @@ fn with_the_ca_file_windows_arrive_and_without_it_they_wait() {
             .with_delivery(delivery()),
     )
     .unwrap();
-    block_on(untrusting.export(Arc::new(recent_checkout()))).unwrap();
+    untrusting.export(Arc::new(recent_checkout())).unwrap();
     wait_for(|| untrusting.stats().delivery.retries > 0);
     let s = untrusting.stats().delivery;
     assert_eq!((s.retries, s.sent, s.spooled), (1, 0, 1), "{s:?}");
     assert_eq!(server.requests.load(Ordering::SeqCst), 0);
-    block_on(untrusting.shutdown_with_timeout(Duration::from_millis(100))).ok();
+    untrusting
+        .shutdown_with_timeout(Duration::from_millis(100))
+        .ok();
 
     // With the CA file, from the environment as a service would set it.
     let env = ExporterEnv::from_pairs([("SPAN_PROFILE_CA_FILE", ca_file.to_str().unwrap())]);
@@ -140,12 +142,12 @@ fn with_the_ca_file_windows_arrive_and_without_it_they_wait() {
         .with_timeout(Duration::from_secs(5))
         .with_backoff(Duration::from_secs(30), Duration::from_secs(30));
     let trusting = PyroscopeExporter::new(config.with_delivery(fast)).unwrap();
-    block_on(trusting.export(Arc::new(recent_checkout()))).unwrap();
+    trusting.export(Arc::new(recent_checkout())).unwrap();
     wait_for(|| trusting.stats().delivery.sent > 0);
     let s = trusting.stats().delivery;
     assert_eq!((s.sent, s.retries), (1, 0), "{s:?}");
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
-    block_on(trusting.shutdown_with_timeout(Duration::from_secs(1))).ok();
+    trusting.shutdown_with_timeout(Duration::from_secs(1)).ok();
 }
 
 #[test]
@@ -183,10 +185,10 @@ fn otlp_over_tls_trusts_the_otel_certificate_variable() {
         ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca_file.to_str().unwrap()),
     ]);
     let exporter = OtlpExporter::new(OtlpConfig::from_env("", &env).unwrap()).unwrap();
-    block_on(exporter.export(Arc::new(recent_checkout()))).unwrap();
+    exporter.export(Arc::new(recent_checkout())).unwrap();
     wait_for(|| exporter.stats().delivery.sent > 0);
     let s = exporter.stats().delivery;
     assert_eq!((s.sent, s.retries), (1, 0), "{s:?}");
     assert_eq!(server.requests.load(Ordering::SeqCst), 1);
-    block_on(exporter.shutdown_with_timeout(Duration::from_secs(1))).ok();
+    exporter.shutdown_with_timeout(Duration::from_secs(1)).ok();
 }

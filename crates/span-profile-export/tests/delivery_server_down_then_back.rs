@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recent_checkout;
 use common::server::{CaptureServer, Reply};
-use common::{block_on, recent_checkout};
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
@@ -38,7 +38,7 @@ fn every_window_arrives_in_order_after_an_outage_and_a_restart() {
     let first = exporter(&url, spool.path());
     for i in 0..4 {
         // The export call only queues: the outage is reported later, never waited for.
-        let _ = block_on(first.export(window(base, i)));
+        let _ = first.export(window(base, i));
     }
     std::thread::sleep(Duration::from_millis(300));
     let s = first.stats().delivery;
@@ -49,8 +49,8 @@ fn every_window_arrives_in_order_after_an_outage_and_a_restart() {
         .unwrap()
         .contains("cannot reach Pyroscope"));
     // The flush gives up while the server is failing instead of hanging.
-    assert!(block_on(first.force_flush()).is_err());
-    block_on(first.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    assert!(first.force_flush().is_err());
+    first.shutdown_with_timeout(Duration::from_secs(2)).unwrap();
     assert_eq!(
         std::fs::read_dir(spool.path()).unwrap().count(),
         4,
@@ -60,12 +60,12 @@ fn every_window_arrives_in_order_after_an_outage_and_a_restart() {
     // A new process over the same spool; still down for two more windows.
     let second = exporter(&url, spool.path());
     for i in 4..6 {
-        let _ = block_on(second.export(window(base, i)));
+        let _ = second.export(window(base, i));
     }
     std::thread::sleep(Duration::from_millis(100));
     let server = CaptureServer::start_on(addr, |_, _| Reply::ok());
     let reqs = server.wait_for(6, Duration::from_secs(5));
-    block_on(second.force_flush()).unwrap();
+    second.force_flush().unwrap();
     assert_eq!(reqs.len(), 6);
     let starts: Vec<i64> = reqs.iter().map(common::first_profile_start).collect();
     let expected: Vec<i64> = (0..6).map(|i| (base + i * 1_000_000_000) as i64).collect();
@@ -73,5 +73,7 @@ fn every_window_arrives_in_order_after_an_outage_and_a_restart() {
     let s = second.stats().delivery;
     assert_eq!((s.sent, s.spooled, s.dropped()), (6, 0, 0), "{s:?}");
     assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0);
-    block_on(second.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    second
+        .shutdown_with_timeout(Duration::from_secs(2))
+        .unwrap();
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::server::{CaptureServer, Reply};
-use common::{block_on, wide_profile};
+use common::wide_profile;
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
@@ -33,7 +33,7 @@ fn run(spool_dir: Option<&std::path::Path>) {
         let mut p = wide_profile(2000, 20);
         p.start_unix_ns -= (20 - i) * 1_000_000;
         starts.push(p.start_unix_ns as i64);
-        let _ = block_on(exporter.export(Arc::new(p)));
+        let _ = exporter.export(Arc::new(p));
         std::thread::sleep(Duration::from_millis(5));
         let s = exporter.stats().delivery;
         assert!(s.spooled <= 5 && s.spooled_bytes <= 4 << 20, "{s:?}");
@@ -51,10 +51,12 @@ fn run(spool_dir: Option<&std::path::Path>) {
     }
     let server = CaptureServer::start_on(addr, |_, _| Reply::ok());
     let reqs = server.wait_for(5, Duration::from_secs(5));
-    block_on(exporter.force_flush()).unwrap();
+    exporter.force_flush().unwrap();
     let got: Vec<i64> = reqs.iter().map(common::first_profile_start).collect();
     assert_eq!(got, starts[15..].to_vec(), "the newest five, in order");
-    block_on(exporter.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    exporter
+        .shutdown_with_timeout(Duration::from_secs(2))
+        .unwrap();
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::server::{CaptureServer, Reply};
-use common::{block_on, now_ns, recent_checkout};
+use common::{now_ns, recent_checkout};
 use span_profile_core::{ExportError, Exporter};
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
@@ -32,7 +32,7 @@ fn a_window_that_ages_out_while_retrying_is_dropped_and_counted() {
     // The window ended 1 s ago: fresh at export, stale half a second later.
     let mut p = recent_checkout();
     p.start_unix_ns = now_ns() - p.duration_ns - 1_000_000_000;
-    block_on(exporter.export(Arc::new(p))).unwrap();
+    exporter.export(Arc::new(p)).unwrap();
 
     let start = Instant::now();
     while exporter.stats().delivery.dropped_expired == 0 && start.elapsed() < Duration::from_secs(5)
@@ -49,10 +49,12 @@ fn a_window_that_ages_out_while_retrying_is_dropped_and_counted() {
     assert_eq!(server.requests().len(), attempts, "retried after the drop");
     assert_eq!(exporter.stats().delivery.retries, s.retries);
     // The next export reports the drop (and the 503s before it).
-    let err = block_on(exporter.export(Arc::new(recent_checkout()))).unwrap_err();
+    let err = exporter.export(Arc::new(recent_checkout())).unwrap_err();
     let ExportError::InternalFailure(msg) = err else {
         panic!("{err:?}")
     };
     assert!(msg.contains("older than"), "{msg}");
-    block_on(exporter.shutdown_with_timeout(Duration::from_millis(100))).ok();
+    exporter
+        .shutdown_with_timeout(Duration::from_millis(100))
+        .ok();
 }

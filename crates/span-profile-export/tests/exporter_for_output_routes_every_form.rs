@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recent_checkout;
 use common::server::{CaptureServer, Reply};
-use common::{block_on, recent_checkout};
 use span_profile_export::{exporter_for_output, parse_output, ExporterEnv, Output};
 
 #[test]
@@ -16,7 +16,7 @@ fn every_form_reaches_its_exporter() {
     let dir = tempfile::tempdir().unwrap();
     let env = ExporterEnv::default();
     let file = exporter_for_output(dir.path().to_str().unwrap(), &env).unwrap();
-    block_on(file.export(Arc::new(recent_checkout()))).unwrap();
+    file.export(Arc::new(recent_checkout())).unwrap();
     assert!(walkdir(dir.path()) >= 1);
 
     let server = CaptureServer::start(|_, _| Reply::ok());
@@ -25,9 +25,9 @@ fn every_form_reaches_its_exporter() {
         ("otlp+http", "/v1development/profiles"),
     ] {
         let e = exporter_for_output(&format!("{scheme}://{}", server.addr), &env).unwrap();
-        block_on(e.export(Arc::new(recent_checkout()))).unwrap();
-        block_on(e.force_flush()).unwrap();
-        block_on(e.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+        e.export(Arc::new(recent_checkout())).unwrap();
+        e.force_flush().unwrap();
+        e.shutdown_with_timeout(Duration::from_secs(2)).unwrap();
         assert_eq!(server.requests().last().unwrap().path, path);
     }
     assert_eq!(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::server::{CaptureServer, Reply};
-use common::{block_on, now_ns, recent_checkout};
+use common::{now_ns, recent_checkout};
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
@@ -77,7 +77,7 @@ fn uploads_cut_by_a_dying_server_are_retried_and_arrive_once() {
     let server = std::thread::spawn(move || die_mid_upload(listener, 2, 300));
     for w in &windows {
         // Queues the window; the outage is never waited for.
-        block_on(exporter.export(w.clone())).unwrap();
+        exporter.export(w.clone()).unwrap();
     }
     let cut = server.join().unwrap();
     assert_eq!(cut, 2, "two uploads were cut mid-request");
@@ -109,7 +109,9 @@ fn uploads_cut_by_a_dying_server_are_retried_and_arrive_once() {
     let after = exporter.stats().delivery;
     assert_eq!(after.sent as usize, expected, "{after:?}");
     assert_eq!(after.dropped(), 0, "{after:?}");
-    block_on(exporter.shutdown_with_timeout(Duration::from_secs(5))).unwrap();
+    exporter
+        .shutdown_with_timeout(Duration::from_secs(5))
+        .unwrap();
     eprintln!(
         "{cut} uploads cut, {} retries before the server came back (last error: {error}); \
          {expected} requests delivered once each",

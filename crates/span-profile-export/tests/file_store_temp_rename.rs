@@ -44,9 +44,9 @@ fn windows_land_in_service_and_day_directories_with_no_temp_files_left() {
     let store = FileStore::new(dir.path());
     let a = window(1_700_000_000_123_456_789, "checkout");
     let b = window(1_700_000_010_000_000_000, "../../etc");
-    common::block_on(store.export(Arc::new(a.clone()))).unwrap();
-    common::block_on(store.export(Arc::new(a.clone()))).unwrap();
-    common::block_on(store.export(Arc::new(b.clone()))).unwrap();
+    store.export(Arc::new(a.clone())).unwrap();
+    store.export(Arc::new(a.clone())).unwrap();
+    store.export(Arc::new(b.clone())).unwrap();
 
     assert_eq!(
         all_files(dir.path()),
@@ -142,7 +142,7 @@ fn errors_name_the_path_and_what_to_check() {
     let root = dir.path().join("not-a-dir");
     fs::write(&root, b"").unwrap();
     let store = FileStore::new(&root);
-    let err = common::block_on(store.export(Arc::new(window(0, "svc")))).unwrap_err();
+    let err = store.export(Arc::new(window(0, "svc"))).unwrap_err();
     let ExportError::InternalFailure(msg) = &err else {
         panic!("{err:?}")
     };
@@ -154,9 +154,9 @@ fn errors_name_the_path_and_what_to_check() {
     let missing = FileStore::read(dir.path().join("missing"), &StoreFilter::default());
     assert!(matches!(missing, Err(StoreError::Io { .. })));
 
-    common::block_on(store.shutdown()).unwrap();
+    store.shutdown().unwrap();
     assert_eq!(
-        common::block_on(store.export(Arc::new(window(0, "svc")))),
+        store.export(Arc::new(window(0, "svc"))),
         Err(ExportError::AlreadyShutdown)
     );
 }

@@ -9,8 +9,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recent_checkout;
 use common::server::{CaptureServer, Reply};
-use common::{block_on, recent_checkout};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use prost::Message;
 use span_profile_core::Exporter;
@@ -36,7 +36,7 @@ fn each_attempt_is_bounded_by_the_otel_timeout() {
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "300".to_string()),
     ]);
     let e = exporter(&env);
-    block_on(e.export(Arc::new(recent_checkout()))).unwrap();
+    e.export(Arc::new(recent_checkout())).unwrap();
     // With the default 10 s timeout only one attempt would arrive in this time.
     let reqs = server.wait_for(3, Duration::from_secs(5));
     assert!(reqs.len() >= 3, "{} attempts", reqs.len());
@@ -48,7 +48,7 @@ fn each_attempt_is_bounded_by_the_otel_timeout() {
     let s = e.stats().delivery;
     assert!(s.timeouts >= 2 && s.retries >= 2, "{s:?}");
     assert!(e.last_error().unwrap().contains("did not answer in time"));
-    let _ = block_on(e.shutdown_with_timeout(Duration::from_millis(500)));
+    let _ = e.shutdown_with_timeout(Duration::from_millis(500));
 }
 
 #[test]
@@ -73,7 +73,7 @@ fn windows_wait_in_the_spool_and_a_503_is_retried() {
     let first = exporter(&env);
     for i in 0..3 {
         // The export call only queues; the outage is reported later.
-        let _ = block_on(first.export(window(i)));
+        let _ = first.export(window(i));
     }
     std::thread::sleep(Duration::from_millis(300));
     let s = first.stats().delivery;
@@ -83,7 +83,7 @@ fn windows_wait_in_the_spool_and_a_503_is_retried() {
         .last_error()
         .unwrap()
         .contains("cannot reach the OTLP endpoint"));
-    block_on(first.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    first.shutdown_with_timeout(Duration::from_secs(2)).unwrap();
     let on_disk = spool.path().join("otlp");
     assert_eq!(std::fs::read_dir(&on_disk).unwrap().count(), 3);
 
@@ -94,7 +94,7 @@ fn windows_wait_in_the_spool_and_a_503_is_retried() {
     });
     let second = exporter(&env);
     let reqs = server.wait_for(4, Duration::from_secs(5));
-    block_on(second.force_flush()).unwrap();
+    second.force_flush().unwrap();
     assert_eq!(reqs.len(), 4);
     assert!(reqs.iter().all(|r| r.path == "/gw/v1development/profiles"));
     assert_eq!(reqs[0].body, reqs[1].body, "the 503'd request is retried");
@@ -114,5 +114,7 @@ fn windows_wait_in_the_spool_and_a_503_is_retried() {
         "{s:?}"
     );
     assert_eq!(std::fs::read_dir(&on_disk).unwrap().count(), 0);
-    block_on(second.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    second
+        .shutdown_with_timeout(Duration::from_secs(2))
+        .unwrap();
 }

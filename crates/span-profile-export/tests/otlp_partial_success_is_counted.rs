@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recent_checkout;
 use common::server::{CaptureServer, Reply};
-use common::{block_on, recent_checkout};
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesPartialSuccess, ExportProfilesServiceResponse,
 };
@@ -27,17 +27,17 @@ fn rejected_profiles_are_counted_and_reported() {
     .encode_to_vec();
     let server = CaptureServer::start(move |_, _| Reply::Status(200, Vec::new(), body.clone()));
     let e = OtlpExporter::new(OtlpConfig::new(&server.url()).unwrap()).unwrap();
-    block_on(e.export(Arc::new(recent_checkout()))).unwrap();
-    block_on(e.force_flush()).unwrap();
+    e.export(Arc::new(recent_checkout())).unwrap();
+    e.force_flush().unwrap();
     let s = e.stats();
     assert_eq!(
         (s.windows, s.delivery.sent, s.delivery.rejected_items),
         (1, 1, 1),
         "{s:?}"
     );
-    let err = block_on(e.export(Arc::new(recent_checkout()))).unwrap_err();
+    let err = e.export(Arc::new(recent_checkout())).unwrap_err();
     assert!(err.to_string().contains("unsupported sample type"), "{err}");
-    block_on(e.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    e.shutdown_with_timeout(Duration::from_secs(2)).unwrap();
 }
 
 #[test]
@@ -51,13 +51,14 @@ fn a_message_with_nothing_rejected_is_a_warning_not_a_failure() {
     .encode_to_vec();
     let server = CaptureServer::start(move |_, _| Reply::Status(200, Vec::new(), body.clone()));
     let e = OtlpExporter::new(OtlpConfig::new(&server.url()).unwrap()).unwrap();
-    block_on(e.export(Arc::new(recent_checkout()))).unwrap();
-    block_on(e.force_flush()).unwrap();
+    e.export(Arc::new(recent_checkout())).unwrap();
+    e.force_flush().unwrap();
     let s = e.stats().delivery;
     assert_eq!((s.sent, s.rejected_items, s.warnings), (1, 0, 1), "{s:?}");
     let warning = e.last_warning().expect("the warning is kept");
     assert!(warning.contains("in development"), "{warning}");
     assert_eq!(e.last_error(), None);
-    block_on(e.export(Arc::new(recent_checkout()))).expect("a warning is not a failure");
-    block_on(e.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    e.export(Arc::new(recent_checkout()))
+        .expect("a warning is not a failure");
+    e.shutdown_with_timeout(Duration::from_secs(2)).unwrap();
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::python::{script, venv};
 use common::server::{CaptureServer, Reply};
-use common::{block_on, recent_checkout, ROOT, TRACE};
+use common::{recent_checkout, ROOT, TRACE};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use prost::Message;
 use span_profile_core::{Exporter, Profile};
@@ -86,8 +86,8 @@ fn capture(scope: SpanScope) -> (Profile, Vec<u8>, common::server::Captured) {
         .with_header("x-tenant", "t1");
     let e = OtlpExporter::new(config).unwrap();
     let window = recent_checkout();
-    block_on(e.export(Arc::new(window.clone()))).unwrap();
-    block_on(e.force_flush()).unwrap();
+    e.export(Arc::new(window.clone())).unwrap();
+    e.force_flush().unwrap();
     let r = server.wait_for(1, Duration::from_secs(5)).remove(0);
     (window, r.plain_body(), r)
 }

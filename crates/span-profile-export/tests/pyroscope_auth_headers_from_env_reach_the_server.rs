@@ -8,17 +8,17 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recent_checkout;
 use common::server::{CaptureServer, Captured, Reply};
-use common::{block_on, recent_checkout};
 use span_profile_export::{exporter_for_output, ExporterEnv};
 
 /// Exports one window through `output` configured by `env` and returns what the server got.
 fn one_request(server: &CaptureServer, output: &str, env: &ExporterEnv) -> Captured {
     let before = server.requests().len();
     let e = exporter_for_output(output, env).unwrap();
-    block_on(e.export(Arc::new(recent_checkout()))).unwrap();
-    block_on(e.force_flush()).unwrap();
-    block_on(e.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    e.export(Arc::new(recent_checkout())).unwrap();
+    e.force_flush().unwrap();
+    e.shutdown_with_timeout(Duration::from_secs(2)).unwrap();
     let reqs = server.wait_for(before + 1, Duration::from_secs(5));
     assert_eq!(reqs.len(), before + 1);
     reqs[before].clone()

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::python::{script, venv};
+use common::recent_checkout;
 use common::server::{gunzip, CaptureServer, Captured, Reply};
-use common::{block_on, recent_checkout};
 use prost::Message;
 use span_profile_core::Exporter;
 use span_profile_export::pprof;
@@ -98,8 +98,8 @@ fn our_requests_have_the_python_clients_shape() {
         .with_tenant_id("team-a")
         .with_tag("region", "eu-west-1");
     let e = PyroscopeExporter::new(config).unwrap();
-    block_on(e.export(Arc::new(recent_checkout()))).unwrap();
-    block_on(e.force_flush()).unwrap();
+    e.export(Arc::new(recent_checkout())).unwrap();
+    e.force_flush().unwrap();
     let all = server.wait_for(2, Duration::from_secs(5));
     let ours = shape(all.last().unwrap());
 

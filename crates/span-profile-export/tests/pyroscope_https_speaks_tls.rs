@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{block_on, recent_checkout};
+use common::recent_checkout;
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
@@ -37,7 +37,7 @@ fn https_sends_a_tls_client_hello_first() {
             ),
     )
     .unwrap();
-    block_on(exporter.export(Arc::new(recent_checkout()))).unwrap();
+    exporter.export(Arc::new(recent_checkout())).unwrap();
     let head = accept.join().unwrap();
     // A TLS record: content type 22 (handshake), version 3.x, then a ClientHello (type 1).
     assert_eq!(head[0], 0x16, "{head:?}");
@@ -53,5 +53,7 @@ fn https_sends_a_tls_client_hello_first() {
     assert_eq!((s.retries, s.sent, s.spooled), (1, 0, 1), "{s:?}");
     let err = exporter.last_error().unwrap();
     assert!(err.contains("Pyroscope"), "{err}");
-    block_on(exporter.shutdown_with_timeout(Duration::from_millis(100))).ok();
+    exporter
+        .shutdown_with_timeout(Duration::from_millis(100))
+        .ok();
 }

@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recent_checkout;
 use common::server::{gunzip, CaptureServer, Reply};
-use common::{block_on, recent_checkout};
 use prost::Message;
 use span_profile_core::Exporter;
 use span_profile_export::pprof;
@@ -44,8 +44,8 @@ fn ingest_requests_carry_name_labels_and_pprof() {
         .with_wall(true);
     let e = PyroscopeExporter::new(config).unwrap();
     let window = recent_checkout();
-    block_on(e.export(Arc::new(window.clone()))).unwrap();
-    block_on(e.force_flush()).unwrap();
+    e.export(Arc::new(window.clone())).unwrap();
+    e.force_flush().unwrap();
     let reqs = server.wait_for(2, Duration::from_secs(5));
     assert_eq!(reqs.len(), 2, "cpu and wall");
     let q = query(&reqs[0].path);

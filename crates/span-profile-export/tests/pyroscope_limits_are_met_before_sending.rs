@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::server::{CaptureServer, Reply};
-use common::{block_on, recent_checkout, wide_profile};
+use common::{recent_checkout, wide_profile};
 use prost::Message;
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
@@ -43,8 +43,8 @@ fn profiles_over_16000_samples_are_split() {
     let server = CaptureServer::start(|_, _| Reply::ok());
     let e = PyroscopeExporter::new(exporter(&server.url())).unwrap();
     let p = wide_profile(40_000, 4);
-    block_on(e.export(Arc::new(p.clone()))).unwrap();
-    block_on(e.force_flush()).unwrap();
+    e.export(Arc::new(p.clone())).unwrap();
+    e.force_flush().unwrap();
     let (profiles, samples, cpu, _) = totals(&server);
     assert_eq!(profiles, 3);
     assert_eq!(samples, 40_000);
@@ -58,8 +58,8 @@ fn profiles_over_the_byte_limit_are_split() {
     let e = PyroscopeExporter::new(exporter(&server.url()).with_profile_limits(64 << 10, 16_000))
         .unwrap();
     let p = wide_profile(3000, 30);
-    block_on(e.export(Arc::new(p.clone()))).unwrap();
-    block_on(e.force_flush()).unwrap();
+    e.export(Arc::new(p.clone())).unwrap();
+    e.force_flush().unwrap();
     let (profiles, samples, cpu, largest) = totals(&server);
     assert!(profiles > 2, "{profiles}");
     assert!(largest <= 64 << 10, "{largest}");
@@ -78,8 +78,8 @@ fn series_labels_are_capped_at_30_with_valid_names() {
     }
     p.resource.attributes.push(("9bad name".into(), "x".into()));
     let e = PyroscopeExporter::new(exporter(&server.url())).unwrap();
-    block_on(e.export(Arc::new(p))).unwrap();
-    block_on(e.force_flush()).unwrap();
+    e.export(Arc::new(p)).unwrap();
+    e.force_flush().unwrap();
     let push = PushRequest::decode(server.requests()[0].plain_body().as_slice()).unwrap();
     let labels = &push.series[0].labels;
     // 29 series labels, one place left for `route`, which the server promotes from samples.
@@ -104,10 +104,10 @@ fn windows_older_than_the_ingestion_window_are_dropped_and_counted() {
     let e = PyroscopeExporter::new(exporter(&server.url())).unwrap();
     let mut p = recent_checkout();
     p.start_unix_ns -= 2 * 3600 * 1_000_000_000;
-    let err = block_on(e.export(Arc::new(p))).unwrap_err();
+    let err = e.export(Arc::new(p)).unwrap_err();
     assert!(err.to_string().contains("ingestion window"), "{err}");
-    block_on(e.export(Arc::new(recent_checkout()))).unwrap();
-    block_on(e.force_flush()).unwrap();
+    e.export(Arc::new(recent_checkout())).unwrap();
+    e.force_flush().unwrap();
     assert_eq!(server.requests().len(), 1);
     let s = e.stats();
     assert_eq!(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::server::{CaptureServer, Captured, Reply};
-use common::{block_on, recent_checkout, CHILD, ROOT, TRACE};
+use common::{recent_checkout, CHILD, ROOT, TRACE};
 use prost::Message;
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
@@ -85,8 +85,8 @@ fn push_request_shape_labels_and_local_root_span_ids() {
         .with_delivery(fast());
     let exporter = PyroscopeExporter::new(config).unwrap();
     let window = recent_checkout();
-    block_on(exporter.export(Arc::new(window.clone()))).unwrap();
-    block_on(exporter.force_flush()).unwrap();
+    exporter.export(Arc::new(window.clone())).unwrap();
+    exporter.force_flush().unwrap();
 
     let reqs = server.wait_for(1, Duration::from_secs(5));
     assert_eq!(reqs.len(), 1);
@@ -147,7 +147,9 @@ fn push_request_shape_labels_and_local_root_span_ids() {
     );
     assert!(rows.iter().any(|r| r.0.is_empty() && r.2 == "background"));
 
-    block_on(exporter.shutdown_with_timeout(Duration::from_secs(2))).unwrap();
+    exporter
+        .shutdown_with_timeout(Duration::from_secs(2))
+        .unwrap();
     let stats = exporter.stats();
     assert_eq!(
         (stats.windows, stats.profiles, stats.delivery.sent),
@@ -164,8 +166,8 @@ fn span_scope_all_keeps_the_innermost_span() {
         .with_span_scope(SpanScope::All)
         .with_delivery(fast());
     let exporter = PyroscopeExporter::new(config).unwrap();
-    block_on(exporter.export(Arc::new(recent_checkout()))).unwrap();
-    block_on(exporter.force_flush()).unwrap();
+    exporter.export(Arc::new(recent_checkout())).unwrap();
+    exporter.force_flush().unwrap();
     let push = decode(&server.wait_for(1, Duration::from_secs(5))[0]);
     let (rows, _) = samples(&push.series[0].samples[0].raw_profile);
     let child: i64 = rows.iter().filter(|r| r.0 == CHILD).map(|r| r.3).sum();

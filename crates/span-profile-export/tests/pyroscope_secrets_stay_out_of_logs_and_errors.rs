@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::recent_checkout;
 use common::server::{CaptureServer, Reply};
-use common::{block_on, recent_checkout};
 use span_profile_core::Exporter;
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
@@ -44,7 +44,7 @@ fn credentials_reach_the_server_and_nothing_else() {
     assert_clean("config Debug", &format!("{config:?}"));
     let e = PyroscopeExporter::new(config).unwrap();
     assert_clean("exporter Debug", &format!("{e:?}"));
-    block_on(e.export(Arc::new(recent_checkout()))).unwrap();
+    e.export(Arc::new(recent_checkout())).unwrap();
     // Look at the spool while the request may still be in it.
     for f in std::fs::read_dir(spool.path()).unwrap() {
         let bytes = std::fs::read(f.unwrap().path()).unwrap();
@@ -57,7 +57,7 @@ fn credentials_reach_the_server_and_nothing_else() {
     );
     assert_eq!(reqs[0].header("x-api-key"), Some(SECRETS[2]));
     std::thread::sleep(Duration::from_millis(50));
-    let err = block_on(e.export(Arc::new(recent_checkout()))).unwrap_err();
+    let err = e.export(Arc::new(recent_checkout())).unwrap_err();
     assert!(err.to_string().contains("401"), "{err}");
     assert_clean("export error", &err.to_string());
     assert_clean("last_error", &e.last_error().unwrap());

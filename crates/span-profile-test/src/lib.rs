@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use span_profile_core::{
-    ExecutionKey, ExportError, Exporter, Frame, Profile, RawFrame, RawSample, SpanSource,
-    StackSink, StackWalker,
+    ExecutionKey, ExportError, Exporter, Frame, Profile, RawFrame, RawSample, SpanScope,
+    SpanSource, StackSink, StackWalker,
 };
 
 /// A walker that reports `threads` threads, each with a fixed stack of `depth` frames.
@@ -110,9 +110,18 @@ pub struct InMemoryExporter {
     fail: Arc<AtomicBool>,
     hang: Arc<Mutex<Option<Duration>>>,
     shutdowns: Arc<AtomicUsize>,
+    /// Says it stores samples under local roots, as Pyroscope does by default.
+    local_roots: bool,
 }
 
 impl InMemoryExporter {
+    /// States `scope` as the exporter's [`Exporter::span_scope`] (default
+    /// [`SpanScope::All`]: the windows are kept as they come), to stand in for a backend
+    /// that keeps samples under local roots.
+    pub fn with_span_scope(mut self, scope: SpanScope) -> Self {
+        self.local_roots = scope == SpanScope::LocalRoot;
+        self
+    }
     /// The windows received so far.
     pub fn profiles(&self) -> Vec<Arc<Profile>> {
         self.profiles.lock().map(|p| p.clone()).unwrap_or_default()
@@ -133,9 +142,8 @@ impl InMemoryExporter {
     }
 }
 
-#[async_trait::async_trait]
 impl Exporter for InMemoryExporter {
-    async fn export(&self, profile: Arc<Profile>) -> Result<(), ExportError> {
+    fn export(&self, profile: Arc<Profile>) -> Result<(), ExportError> {
         let hang = self.hang.lock().ok().and_then(|h| *h);
         if let Some(d) = hang {
             std::thread::sleep(d);
@@ -148,12 +156,16 @@ impl Exporter for InMemoryExporter {
         }
         Ok(())
     }
-    async fn force_flush(&self) -> Result<(), ExportError> {
-        Ok(())
-    }
-    async fn shutdown_with_timeout(&self, _timeout: Duration) -> Result<(), ExportError> {
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> Result<(), ExportError> {
         self.shutdowns.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+    fn span_scope(&self) -> SpanScope {
+        if self.local_roots {
+            SpanScope::LocalRoot
+        } else {
+            SpanScope::All
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use crate::aggregate::AggregatorLimits;
 use crate::failure::{log_to_stderr, FailureHandler, FailureLog};
 use crate::labels::ResourceAttributeError;
 use crate::registry::ActiveSpanRegistry;
-use crate::spans::SpanTable;
+use crate::spans::{SpanScope, SpanTable};
 use crate::{Exporter, Profile, Resource, StackWalker};
 
 use super::export_thread::export_loop;
@@ -49,7 +49,7 @@ pub struct ProfilerBuilder {
     walker: Option<Box<dyn StackWalkerDebug>>,
     exporters: Vec<Arc<dyn Exporter>>,
     export_queue: usize,
-    export_timeout: Duration,
+    exporter_shutdown_timeout: Duration,
     failure_log: HandlerField,
     limits: AggregatorLimits,
     overhead_budget: Option<f64>,
@@ -69,7 +69,7 @@ impl Default for ProfilerBuilder {
             walker: None,
             exporters: Vec::new(),
             export_queue: 4,
-            export_timeout: Duration::from_secs(30),
+            exporter_shutdown_timeout: Duration::from_secs(5),
             failure_log: HandlerField(Arc::new(log_to_stderr)),
             limits: AggregatorLimits::default(),
             overhead_budget: Some(0.01),
@@ -139,9 +139,12 @@ impl ProfilerBuilder {
         self.export_queue = windows.max(1);
         self
     }
-    /// How long one exporter call may take (default 30 s).
-    pub fn with_export_timeout(mut self, timeout: Duration) -> Self {
-        self.export_timeout = timeout;
+    /// The timeout passed to each exporter's
+    /// [`shutdown_with_timeout`](Exporter::shutdown_with_timeout) when the profiler stops
+    /// (default 5 s). Exporters bound their `export` calls themselves (the [`Exporter`]
+    /// contract); a network exporter's request timeout is its delivery setting.
+    pub fn with_exporter_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.exporter_shutdown_timeout = timeout;
         self
     }
     /// The CPU the sampling thread may use, as a fraction of one core (default 0.01 = 1%).
@@ -242,7 +245,7 @@ impl ProfilerBuilder {
             let counters = counters.clone();
             let failures = failures.clone();
             let exporters = self.exporters.clone();
-            let timeout = self.export_timeout;
+            let timeout = self.exporter_shutdown_timeout;
             let rx = win_rx.clone();
             thread::Builder::new()
                 .name("span-profile-export".into())
@@ -270,7 +273,18 @@ impl ProfilerBuilder {
             .spawn(move || sampler.run())
             .map_err(|e| StartError::Thread("sampler", e))?;
 
+        // A span links to its profile if any exporter stores samples under the span's own id.
+        let span_scope = if self
+            .exporters
+            .iter()
+            .any(|e| e.span_scope() == SpanScope::All)
+        {
+            SpanScope::All
+        } else {
+            SpanScope::LocalRoot
+        };
         Ok(Profiler {
+            span_scope,
             registry: self.registry,
             spans: self.spans,
             counters,

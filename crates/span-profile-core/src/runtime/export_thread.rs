@@ -1,27 +1,26 @@
-//! The export thread: hands each closed window to every exporter, with a timeout per call,
-//! and counts what failed.
+//! The export thread: hands each closed window to every exporter in turn and counts what
+//! failed. Exporters bound their own calls (the [`Exporter`] contract); this thread only
+//! keeps a failing or panicking one from costing the others their windows.
 
-use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::budget::ThreadCpuClock;
 use crate::failure::FailureLog;
-use crate::{Exporter, Profile};
+use crate::{ExportError, Exporter, Profile};
 
 use super::Counters;
 
+/// Exports windows until the channel closes, then flushes the exporters and shuts them down,
+/// giving each `shutdown_timeout`.
 pub(super) fn export_loop(
     rx: Receiver<Arc<Profile>>,
     exporters: Vec<Arc<dyn Exporter>>,
-    timeout: Duration,
+    shutdown_timeout: Duration,
     counters: Arc<Counters>,
     failures: &FailureLog,
     done: Sender<()>,
@@ -41,16 +40,14 @@ pub(super) fn export_loop(
         let mut ok = true;
         let mut delivered = false;
         for e in &exporters {
-            let exported = catch_unwind(AssertUnwindSafe(|| {
-                block_on_timeout(e.export(window.clone()), timeout)
-            }))
-            .unwrap_or_else(|panic| {
-                failures.exporter_panicked(&*panic);
-                None
-            });
+            let exported = catch_unwind(AssertUnwindSafe(|| e.export(window.clone())))
+                .unwrap_or_else(|panic| {
+                    failures.exporter_panicked(&*panic);
+                    Err(ExportError::InternalFailure("the exporter panicked".into()))
+                });
             match exported {
-                Some(Ok(())) => delivered = true,
-                Some(Err(_)) | None => {
+                Ok(()) => delivered = true,
+                Err(_) => {
                     ok = false;
                     errors_since_last += 1;
                     counters.export_errors.fetch_add(1, Ordering::Relaxed);
@@ -74,36 +71,13 @@ pub(super) fn export_loop(
         cpu_last = cpu;
     }
     for e in &exporters {
-        if block_on_timeout(e.force_flush(), timeout).is_none_or(|r| r.is_err()) {
+        let flushed = catch_unwind(AssertUnwindSafe(|| e.force_flush()));
+        if !matches!(flushed, Ok(Ok(()))) {
             counters.export_errors.fetch_add(1, Ordering::Relaxed);
         }
-        let _ = block_on_timeout(e.shutdown_with_timeout(timeout), timeout);
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            e.shutdown_with_timeout(shutdown_timeout)
+        }));
     }
     let _ = done.send(());
-}
-
-struct ThreadWaker(Thread);
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Runs a future on the current thread until it completes or `timeout` passes. Exporters are
-/// async for the benefit of async callers; the profiler needs no async runtime to drive them.
-pub(crate) fn block_on_timeout<F: Future>(fut: F, timeout: Duration) -> Option<F::Output> {
-    let deadline = Instant::now() + timeout;
-    let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut fut = pin!(fut);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return Some(v);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        thread::park_timeout(deadline - now);
-    }
 }

@@ -23,7 +23,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::failure::FailureLog;
 use crate::registry::ActiveSpanRegistry;
-use crate::spans::SpanTable;
+use crate::spans::{SpanScope, SpanTable};
 use crate::ExportError;
 
 /// Why the profiler could not start.
@@ -114,6 +114,7 @@ struct Counters {
 /// A running profiler. Dropping it stops it (with a 5 s timeout).
 #[derive(Debug)]
 pub struct Profiler {
+    span_scope: SpanScope,
     registry: Arc<ActiveSpanRegistry>,
     spans: Arc<SpanTable>,
     counters: Arc<Counters>,
@@ -142,6 +143,14 @@ impl Profiler {
     /// The span table that span hooks feed.
     pub fn span_table(&self) -> &Arc<SpanTable> {
         &self.spans
+    }
+
+    /// The spans whose own id the exporters store samples under, for span processors that
+    /// set `pyroscope.profile.id` ([`SpanScope::links`]): [`SpanScope::All`] if any exporter
+    /// keeps the innermost span ([`Exporter::span_scope`](crate::Exporter::span_scope)),
+    /// [`SpanScope::LocalRoot`] otherwise.
+    pub fn span_scope(&self) -> SpanScope {
+        self.span_scope
     }
 
     /// Counters so far.

@@ -112,17 +112,6 @@ pub fn checkout_profile() -> Profile {
     p
 }
 
-/// Polls a future that never waits (the file store's futures complete on first poll).
-pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
-
 pub mod python;
 pub mod server;
 

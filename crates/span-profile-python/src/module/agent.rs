@@ -13,7 +13,7 @@ use span_profile_core::{
     ActiveSpanRegistry, ExportError, Profiler, ProfilerStats, SpanEnd, SpanId, SpanScope,
     SpanStart, SpanTable, StartError, TraceId,
 };
-use span_profile_export::{build_output, parse_output, ExporterEnv, Output};
+use span_profile_export::{exporter_for_output, parse_output, ExporterEnv, Output};
 
 use super::context::{slot_layout, HookCounters, PyActiveSpan, TaskTag};
 use super::settings;
@@ -402,9 +402,8 @@ impl NativeAgent {
                 ))
             })?;
         }
-        let built = build_output(output, &ExporterEnv::from_process())
+        let exporter = exporter_for_output(output, &ExporterEnv::from_process())
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let (exporter, link_scope) = (built.exporter, built.span_scope);
         let (resource, mut resource_problems) =
             settings::resource(service, version, environment, instance, forked);
         let service = resource.service.clone();
@@ -449,6 +448,8 @@ impl NativeAgent {
             .with_walker(walker)
             .start()
             .map_err(start_error)?;
+        // The spans to link are those the exporter stores samples under.
+        let link_scope = profiler.span_scope();
         Ok(Self {
             profiler: Mutex::new(Some(profiler)),
             final_stats: Mutex::new(None),
