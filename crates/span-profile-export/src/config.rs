@@ -129,6 +129,35 @@ impl ExporterEnv {
     }
 }
 
+/// The setters of the settings every network exporter's config holds, written once for
+/// `OtlpConfig` and `PyroscopeConfig`: `with_header` and `with_delivery`, over the
+/// `headers: Vec<(String, Secret)>` and `delivery: DeliveryConfig` fields of the struct whose
+/// `impl` block invokes it. A macro rather than a trait with provided methods, so that
+/// `OtlpConfig::new(..)?.with_header(..)` keeps working without a trait in scope, and the
+/// public fields keep their paths (`config.delivery.timeout`).
+#[cfg(any(feature = "pyroscope", feature = "otlp"))]
+macro_rules! network_setters {
+    () => {
+        /// Adds a header sent with every request. Its value is a [`Secret`](crate::Secret):
+        /// never logged, spooled or shown in errors.
+        pub fn with_header(
+            mut self,
+            name: impl Into<String>,
+            value: impl Into<$crate::Secret>,
+        ) -> Self {
+            self.headers.push((name.into(), value.into()));
+            self
+        }
+        /// Sets the delivery settings: retries, spool, timeouts, TLS roots.
+        pub fn with_delivery(mut self, delivery: $crate::delivery::DeliveryConfig) -> Self {
+            self.delivery = delivery;
+            self
+        }
+    };
+}
+#[cfg(any(feature = "pyroscope", feature = "otlp"))]
+pub(crate) use network_setters;
+
 /// Why an exporter could not be configured. Messages never contain credentials.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -236,16 +236,7 @@ impl OtlpConfig {
         self.wall = wall;
         self
     }
-    /// Adds a header.
-    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<Secret>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-    /// Sets the delivery settings.
-    pub fn with_delivery(mut self, delivery: DeliveryConfig) -> Self {
-        self.delivery = delivery;
-        self
-    }
+    crate::config::network_setters!();
 }
 
 /// Counters of an [`OtlpExporter`].

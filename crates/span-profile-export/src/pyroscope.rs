@@ -308,16 +308,7 @@ impl PyroscopeConfig {
         self.auth = auth;
         self
     }
-    /// Adds a header.
-    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<Secret>) -> Self {
-        self.headers.push((name.into(), value.into()));
-        self
-    }
-    /// Sets the delivery settings.
-    pub fn with_delivery(mut self, delivery: DeliveryConfig) -> Self {
-        self.delivery = delivery;
-        self
-    }
+    crate::config::network_setters!();
     /// Sets the split limits (tests use small ones).
     pub fn with_profile_limits(mut self, max_bytes: usize, max_samples: usize) -> Self {
         self.max_profile_bytes = max_bytes.max(1);
