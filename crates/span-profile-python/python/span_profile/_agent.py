@@ -194,7 +194,8 @@ def start(service=None, output=None, sample_rate_hz=None, window_s=None, **more)
     Interpreter memory is copied in-process under a SIGSEGV/SIGBUS guard that catches only its
     own faults (every other fault goes on to the handler that was there before, such as
     ``faulthandler``). ``SPAN_PROFILE_MEMORY_READS=syscall`` reads through ``process_vm_readv``
-    instead, at 1.3 to 2.7 times the agent's CPU (docs/benchmarks.md section 12).
+    instead, which costs the agent more CPU (docs/benchmarks.md, "Guarded in-process reads
+    against process_vm_readv").
 
     Spans are attributed once ``span_profile.SpanProcessor()`` is added to the TracerProvider.
     Raises TypeError/ValueError for bad settings and RuntimeError if an agent already runs.

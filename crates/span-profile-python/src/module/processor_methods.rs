@@ -4,10 +4,11 @@
 //!
 //! pyo3's `#[pymethods]` entry parses every call through its general argument extractor and
 //! checks `self` again after the descriptor has; on this VM an empty native processor built
-//! that way cost more time than a Python one that does nothing (docs/benchmarks.md §23). Here a
-//! call goes through pyo3's trampoline (which keeps its own bookkeeping of the GIL and its
-//! deferred reference counts, and its panic guard), takes its `span` from the vectorcall
-//! arguments as they come, and does the work. The descriptor has checked `self`'s type.
+//! that way cost more time than a Python one that does nothing (docs/benchmarks.md, "What the
+//! span hooks cost"). Here a call goes through pyo3's trampoline (which keeps its own
+//! bookkeeping of the GIL and its deferred reference counts, and its panic guard), takes its
+//! `span` from the vectorcall arguments as they come, and does the work. The descriptor has
+//! checked `self`'s type.
 
 use std::ffi::CStr;
 

@@ -73,10 +73,11 @@ pub(crate) fn span_field_indices(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> 
 
 /// An `int` as a `u64`: a span id, or a time in nanoseconds. pyo3's `u64` extraction calls
 /// `PyLong_AsUnsignedLongLong`, which converts an `int` of more than one 30-bit digit (nearly
-/// every span id, and every time since 1970) through `_PyLong_AsByteArray`: about 200
-/// instructions, four times a span (docs/benchmarks.md §22). `PyLong_AsUnsignedLong` takes the
-/// same values on a 64-bit Unix and shifts the digits together in a loop. It takes an `int`
-/// (or a subclass) only; anything else goes through pyo3, which calls `__index__`.
+/// every span id, and every time since 1970) through `_PyLong_AsByteArray`, several times a
+/// span (docs/benchmarks.md, "Why the hooks are built the way they are").
+/// `PyLong_AsUnsignedLong` takes the same values on a 64-bit Unix and shifts the digits
+/// together in a loop. It takes an `int` (or a subclass) only; anything else goes through
+/// pyo3, which calls `__index__`.
 pub(crate) fn u64_of(v: &Bound<'_, PyAny>) -> PyResult<u64> {
     // An `unsigned long` is 64 bits on a 64-bit Unix (LP64).
     #[cfg(all(unix, target_pointer_width = "64"))]
@@ -119,9 +120,9 @@ impl SpanContextFields<'_> {
 }
 
 /// Trace ids recently converted, by the address of their Python `int`. Converting a 128-bit
-/// `int` (`_PyLong_AsByteArray`) took about 1,000 instructions a span, a seventh of the hooks'
-/// work (docs/benchmarks.md §20); a request's spans share one trace id object. Each entry
-/// holds a reference to its `int`, so while it is cached no other object can take its
+/// `int` (`_PyLong_AsByteArray`) was a large share of the hooks' work (docs/benchmarks.md, "Why
+/// the hooks are built the way they are"); a request's spans share one trace id object. Each
+/// entry holds a reference to its `int`, so while it is cached no other object can take its
 /// address, and an `int` never changes value: a hit is exact.
 #[derive(Debug, Default)]
 pub(crate) struct TraceIds(std::sync::Mutex<TraceIdEntries>);
