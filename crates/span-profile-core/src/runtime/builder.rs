@@ -1,5 +1,6 @@
 //! [`ProfilerBuilder`]: the settings of a [`Profiler`], checked, and the threads started.
 
+use std::ops::RangeInclusive;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread::{self};
@@ -108,12 +109,13 @@ impl ProfilerBuilder {
         self.resource.instance = Some(instance.into());
         self
     }
-    /// Samples per second per thread (1 to 10,000; default 100).
+    /// Samples per second per thread ([`Self::SAMPLE_RATE_HZ`]: 1 to 10,000; default 100).
     pub fn with_sample_rate_hz(mut self, hz: u32) -> Self {
         self.rate_hz = hz;
         self
     }
-    /// Window length (1 s to 1 h; default 60 s). Windows end on wall-clock multiples of it.
+    /// Window length ([`Self::WINDOW`]: 10 ms to 1 h; default 60 s). Windows end on
+    /// wall-clock multiples of it.
     pub fn with_window(mut self, window: Duration) -> Self {
         self.window = window;
         self
@@ -206,18 +208,34 @@ impl ProfilerBuilder {
         self
     }
 
-    /// Starts the sampling and export threads.
-    pub fn start(self) -> Result<Profiler, StartError> {
-        if !(1..=10_000).contains(&self.rate_hz) {
+    /// The sampling rates [`ProfilerBuilder::start`] accepts, per second per thread: the one
+    /// definition (the Python package checks its settings against it).
+    pub const SAMPLE_RATE_HZ: RangeInclusive<u32> = 1..=10_000;
+    /// The window lengths [`ProfilerBuilder::start`] accepts.
+    pub const WINDOW: RangeInclusive<Duration> =
+        Duration::from_millis(10)..=Duration::from_secs(3600);
+
+    /// Checks the settings as [`ProfilerBuilder::start`] does, without starting anything: the
+    /// rate within [`Self::SAMPLE_RATE_HZ`], the window within [`Self::WINDOW`], the overhead
+    /// budget in (0, 1].
+    ///
+    /// ```
+    /// use span_profile_core::{Profiler, StartError};
+    /// let err = Profiler::builder().with_sample_rate_hz(0).check().unwrap_err();
+    /// assert!(matches!(err, StartError::InvalidSetting { name: "sample_rate_hz", .. }));
+    /// assert!(err.to_string().contains("1..=10000"), "{err}");
+    /// ```
+    pub fn check(&self) -> Result<(), StartError> {
+        if !Self::SAMPLE_RATE_HZ.contains(&self.rate_hz) {
             return Err(StartError::InvalidSetting {
                 name: "sample_rate_hz",
-                reason: format!("{} is outside 1..=10000", self.rate_hz),
+                reason: format!("{} is outside {:?}", self.rate_hz, Self::SAMPLE_RATE_HZ),
             });
         }
-        if self.window < Duration::from_millis(10) || self.window > Duration::from_secs(3600) {
+        if !Self::WINDOW.contains(&self.window) {
             return Err(StartError::InvalidSetting {
                 name: "window",
-                reason: format!("{:?} is outside 10ms..=1h", self.window),
+                reason: format!("{:?} is outside {:?}", self.window, Self::WINDOW),
             });
         }
         if let Some(b) = self.overhead_budget {
@@ -230,6 +248,12 @@ impl ProfilerBuilder {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Starts the sampling and export threads, once [`ProfilerBuilder::check`] passes.
+    pub fn start(self) -> Result<Profiler, StartError> {
+        self.check()?;
         let walker = self.walker.ok_or(StartError::NoWalker)?;
         let mut resource = self.resource;
         if resource.instance.is_none() {

@@ -184,7 +184,7 @@ def start(service=None, output=None, sample_rate_hz=None, window_s=None, **more)
       ``OTEL_EXPORTER_OTLP_*`` variables) and ``pyroscope+http(s)://host:4040``.
     - ``sample_rate_hz``: samples per second of each thread, 1 to 10000 (else
       ``SPAN_PROFILE_SAMPLE_RATE_HZ``, else 100).
-    - ``window_s``: seconds per profile file, 1 to 3600 (else ``SPAN_PROFILE_WINDOW_S``, else 60).
+    - ``window_s``: seconds per profile file, 0.01 to 3600 (else ``SPAN_PROFILE_WINDOW_S``, else 60).
     - ``version``, ``environment``, ``instance``: resource labels (else from
       ``OTEL_RESOURCE_ATTRIBUTES``).
     - ``overhead_budget``: the sampler's CPU as a share of one core (else

@@ -8,8 +8,10 @@ from . import _native
 DEFAULT_OUTPUT = "./profiles"
 DEFAULT_SAMPLE_RATE_HZ = 100
 DEFAULT_WINDOW_S = 60.0
-MAX_SAMPLE_RATE_HZ = 10_000
-MIN_WINDOW_S, MAX_WINDOW_S = 1.0, 3600.0
+#: The ranges the native core accepts (``ProfilerBuilder::SAMPLE_RATE_HZ`` and ``WINDOW``),
+#: checked here too so that an error can say where a value came from.
+MIN_SAMPLE_RATE_HZ, MAX_SAMPLE_RATE_HZ = _native.SAMPLE_RATE_HZ
+MIN_WINDOW_S, MAX_WINDOW_S = _native.WINDOW_S
 
 #: Settings accepted through ``**more`` in ``start()``.
 LABEL_SETTINGS = ("version", "environment", "instance")
@@ -91,7 +93,8 @@ def resolve(service=None, output=None, sample_rate_hz=None, window_s=None, **mor
     out["output"] = output
 
     out["sample_rate_hz"] = _ranged("sample_rate_hz", sample_rate_hz, "SPAN_PROFILE_SAMPLE_RATE_HZ",
-                                    DEFAULT_SAMPLE_RATE_HZ, True, 1, MAX_SAMPLE_RATE_HZ, "100 is typical")
+                                    DEFAULT_SAMPLE_RATE_HZ, True, MIN_SAMPLE_RATE_HZ, MAX_SAMPLE_RATE_HZ,
+                                    "100 is typical")
     out["window_s"] = _ranged("window_s", window_s, "SPAN_PROFILE_WINDOW_S", DEFAULT_WINDOW_S, False,
                               MIN_WINDOW_S, MAX_WINDOW_S, "60 is typical")
 

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use crate::walker::SlotData;
 use span_profile_core::ActiveSpan;
 
-/// An active span as Python sees it: what [`super::agent::NativeAgent::span_start`] and
+/// An active span as Python sees it: what [`super::processor::SpanRecorder::span_start`] and
 /// `active_of` return. An opaque object rather than a tuple, so that handing it to a
 /// `run_in_executor` worker copies 40 bytes instead of converting a 128-bit int.
 ///

@@ -1,9 +1,10 @@
 //! The `span_profile._native` extension module. The Python package `span_profile` wraps it;
 //! nothing here is public API on its own.
 
-mod agent;
 mod context;
 mod instance_attrs;
+mod lifecycle;
+mod processor;
 mod processor_methods;
 mod settings;
 mod span_hooks;
@@ -18,15 +19,25 @@ use pyo3::prelude::*;
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     instance_attrs::init(m.py());
-    m.add_class::<agent::NativeAgent>()?;
-    m.add_class::<agent::SpanProcessor>()?;
-    processor_methods::install(&m.py().get_type::<agent::SpanProcessor>())?;
+    m.add_class::<lifecycle::NativeAgent>()?;
+    m.add_class::<processor::SpanProcessor>()?;
+    processor_methods::install(&m.py().get_type::<processor::SpanProcessor>())?;
     m.add_class::<context::PyActiveSpan>()?;
     m.add_class::<context::TaskTag>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The ranges the core accepts, which `_settings.py` checks against (one definition).
+    let (rate, window) = (
+        span_profile_core::ProfilerBuilder::SAMPLE_RATE_HZ,
+        span_profile_core::ProfilerBuilder::WINDOW,
+    );
+    m.add("SAMPLE_RATE_HZ", (*rate.start(), *rate.end()))?;
+    m.add(
+        "WINDOW_S",
+        (window.start().as_secs_f64(), window.end().as_secs_f64()),
+    )?;
     m.add_function(wrap_pyfunction!(parse_output, m)?)?;
-    m.add_function(wrap_pyfunction!(agent::set_span_hooks, m)?)?;
-    m.add_function(wrap_pyfunction!(agent::set_ends_at_ending, m)?)?;
+    m.add_function(wrap_pyfunction!(lifecycle::set_span_hooks, m)?)?;
+    m.add_function(wrap_pyfunction!(processor::set_ends_at_ending, m)?)?;
     m.add_function(wrap_pyfunction!(span_hooks::span_field_indices, m)?)?;
     Ok(())
 }

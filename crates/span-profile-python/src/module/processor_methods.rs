@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyString, PyType};
 use pyo3::Borrowed;
 
-use super::agent;
+use super::processor;
 
 /// One hook: its Python name, whether it takes `parent_context` after `span`, and its
 /// docstring (with the signature `inspect` reads, in CPython's `--` form).
@@ -220,11 +220,16 @@ macro_rules! entry {
     };
 }
 
-entry!(on_start_entry, on_start_body, 0, agent::processor_on_start);
+entry!(
+    on_start_entry,
+    on_start_body,
+    0,
+    processor::processor_on_start
+);
 entry!(
     on_ending_entry,
     on_ending_body,
     1,
-    agent::processor_on_ending
+    processor::processor_on_ending
 );
-entry!(on_end_entry, on_end_body, 2, agent::processor_on_end);
+entry!(on_end_entry, on_end_body, 2, processor::processor_on_end);

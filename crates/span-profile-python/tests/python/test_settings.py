@@ -44,7 +44,7 @@ def test_environment_fills_unset_arguments(output, monkeypatch):
     ({"sample_rate_hz": 9.5}, ValueError, "whole number"),
     ({"sample_rate_hz": "fast"}, ValueError, "is not an integer"),
     ({"sample_rate_hz": True}, TypeError, "must be a number"),
-    ({"window_s": 0}, ValueError, "window_s=0.0 (from argument window_s) is out of range; use 1 to 3600"),
+    ({"window_s": 0}, ValueError, "window_s=0.0 (from argument window_s) is out of range; use 0.01 to 3600"),
     ({"window_s": float("nan")}, ValueError, "NaN"),
     ({"window_s": [1]}, TypeError, "must be a number, not list"),
     ({"output": ""}, ValueError, "output is empty"),
