@@ -28,10 +28,11 @@ use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
 use span_profile_core::query::Filter;
 use span_profile_core::{Profile, Resource, WindowMerger};
-use span_profile_export::{summary_path, FileStore, StoredFile, STALE_AFTER};
+use span_profile_export::store::{format_rfc3339, read_window, StoredFile};
+use span_profile_export::{summary_path, FileStore, STALE_AFTER};
 
 use crate::args::{parse_duration, parse_time};
-use crate::store::{read_one, Store};
+use crate::store::Store;
 use crate::Usage;
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -164,7 +165,7 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
                     serde_json::json!({
                         "service": service,
                         "tier": t.name(),
-                        "bucket_start": crate::args::format_rfc3339(t.bucket_ms().0 * NS_PER_MS),
+                        "bucket_start": format_rfc3339(t.bucket_ms().0 * NS_PER_MS),
                         "files": files.len(),
                     })
                 })
@@ -180,7 +181,7 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
                 "{service}: {} file(s) -> {} roll-up at {}",
                 files.len(),
                 t.name(),
-                crate::args::format_rfc3339(b * NS_PER_MS)
+                format_rfc3339(b * NS_PER_MS)
             );
         }
         outln!("{n} file(s) past the --daily horizon would be deleted");
@@ -300,7 +301,7 @@ fn roll_up(
     let mut sources = Vec::new();
     let mut unreadable = 0;
     for f in files {
-        let p = match read_one(f) {
+        let p = match read_window(f) {
             Ok(p) => p,
             Err(_) => {
                 // Left in place: queries skip and report it; deleting it would lose evidence.

@@ -3,8 +3,9 @@
 use crate::text::Shown;
 use span_profile_core::query::{SpanSummary, SpanTally};
 use span_profile_core::TraceId;
+use span_profile_export::store::format_rfc3339;
 
-use crate::args::{format_duration_ns, format_rfc3339, parse_trace_id};
+use crate::args::{format_duration_ns, parse_trace_id};
 use crate::select::{self, WindowArgs};
 use crate::store::Store;
 use crate::Empty;

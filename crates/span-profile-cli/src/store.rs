@@ -14,8 +14,8 @@ use std::sync::Mutex;
 use anyhow::Context as _;
 use span_profile_core::query::{Filter, SummaryScope, WindowInfo, WindowSummary};
 use span_profile_core::Profile;
-use span_profile_export::{
-    FileStore, SkippedFile, StoreError, StoreFilter, StoreListing, StoredFile,
+use span_profile_export::store::{
+    self, SkippedFile, StoreError, StoreFilter, StoreListing, StoredFile,
 };
 
 const MS_PER_HOUR: u64 = 3_600_000;
@@ -81,7 +81,7 @@ impl<'a> Store<'a> {
                 .map(|t| t.saturating_sub(MS_PER_DAY * NS_PER_MS)),
             until_unix_ns: filter.until_unix_ns,
         };
-        let StoreListing { mut files, skipped } = FileStore::list(self.dir, &store_filter)
+        let StoreListing { mut files, skipped } = store::list(self.dir, &store_filter)
             .with_context(|| format!("cannot list the store {}", self.dir.display()))?;
         self.note_skipped(skipped);
         if let Some(since) = filter.since_unix_ns {
@@ -138,7 +138,7 @@ impl<'a> Store<'a> {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(f) = files.get(i) else { break };
                 if let Some(scope) = &scope {
-                    match FileStore::read_summary(f, scope) {
+                    match store::read_summary(f, scope) {
                         Ok(Some(s)) => {
                             if step(&mut acc, i, Window::Summary(Box::new(s))) {
                                 continue;
@@ -148,7 +148,7 @@ impl<'a> Store<'a> {
                         Err(e) => bad.push(e),
                     }
                 }
-                match read_one(f) {
+                match store::read_window(f) {
                     Ok(p) => {
                         step(&mut acc, i, Window::Profile(Box::new(p)));
                     }
@@ -240,9 +240,4 @@ impl<'a> Store<'a> {
             eprintln!("  … and {} more", all.len() - 5);
         }
     }
-}
-
-/// Reads and decodes one stored window, as [`FileStore::read`] does for each file.
-pub(crate) fn read_one(f: &StoredFile) -> Result<Profile, StoreError> {
-    FileStore::read_file(f)
 }
