@@ -3,10 +3,10 @@
 use crate::text::Shown;
 use serde::Serialize;
 use span_profile_core::query::{self, FrameChange, Tally};
+use span_profile_export::store::{Store, Window};
 
 use crate::args::{parse_duration, parse_fraction, parse_version_selector, VersionSelector};
 use crate::select::WindowArgs;
-use crate::store::{Store, Window};
 use crate::{Empty, Usage};
 
 /// Arguments of `diff`.
@@ -47,7 +47,7 @@ struct Summary {
 }
 
 /// Returns whether a regression was found.
-pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Result<bool> {
+pub(crate) fn run(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<bool> {
     if args.windows.version.is_some() {
         return Err(Usage("diff takes versions from --old and --new, not --version".into()).into());
     }
