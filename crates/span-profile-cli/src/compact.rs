@@ -26,8 +26,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
-use span_profile_core::query::Filter;
 use span_profile_core::{Profile, Resource, WindowMerger};
+use span_profile_export::store::query::Filter;
 use span_profile_export::store::{format_rfc3339, read_window, Store, StoredFile};
 use span_profile_export::{summary_path, FileStore, STALE_AFTER};
 

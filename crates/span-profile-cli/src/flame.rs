@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use span_profile_core::query::{self, Tally};
+use span_profile_export::store::query::{self, Tally};
 use span_profile_export::store::Store;
 
 use crate::select::{self, SelectorArgs};

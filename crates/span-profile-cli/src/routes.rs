@@ -2,7 +2,8 @@
 
 use crate::text::Shown;
 use serde::Serialize;
-use span_profile_core::query::{self, RouteShare, Tally, WindowSummary};
+use span_profile_export::store::query::{self, RouteShare, Tally};
+use span_profile_export::store::summary::WindowSummary;
 use span_profile_export::store::Store;
 
 use crate::select::WindowArgs;

@@ -2,8 +2,9 @@
 //! store's ([`span_profile_export::store::select`]): window by window, or in two passes for a
 //! span or a trace.
 
-use span_profile_core::query::{Filter, WindowSummary};
 use span_profile_core::{Profile, SpanId, TraceId};
+use span_profile_export::store::query::Filter;
+use span_profile_export::store::summary::WindowSummary;
 use span_profile_export::store::{self, QueryError, Store};
 
 use crate::args::{parse_span_id, parse_time, parse_trace_id};

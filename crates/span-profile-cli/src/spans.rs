@@ -1,8 +1,8 @@
 //! `span-profile spans`: ended spans, slowest first, with their durations and sample counts.
 
 use crate::text::Shown;
-use span_profile_core::query::{SpanSummary, SpanTally};
 use span_profile_core::TraceId;
+use span_profile_export::store::query::{SpanSummary, SpanTally};
 use span_profile_export::store::{format_rfc3339, Store};
 
 use crate::args::{format_duration_ns, parse_trace_id};

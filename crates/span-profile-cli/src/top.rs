@@ -3,8 +3,9 @@
 
 use crate::text::Shown;
 use serde::Serialize;
-use span_profile_core::query::{self, Coverage, FrameCost, Report, Tally, WindowSummary};
 use span_profile_core::SpanRecord;
+use span_profile_export::store::query::{self, Coverage, FrameCost, Report, Tally};
+use span_profile_export::store::summary::WindowSummary;
 use span_profile_export::store::Store;
 
 use crate::args::format_duration_ns;

@@ -23,14 +23,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, SystemTime};
 
-use span_profile_core::query::WindowSummary;
 use span_profile_core::{ExportError, Exporter, Profile};
 
 use crate::layout::{
     read_dir_names, sanitize_component, summary_path, utc_date, FILE_SUFFIX, NS_PER_MS,
     SUMMARY_SUFFIX, TEMP_PREFIX,
 };
-use crate::summary::encode_summary;
+use crate::store::encode_summary;
+use crate::store::summary::WindowSummary;
 use crate::{encode_pprof, write_pprof};
 
 /// How old a `.tmp-*` file or a summary without its window must be before a new writer

@@ -13,9 +13,10 @@
 //!   `.pb.gz` per window with atomic renames. Each window has a `.pb.gz.summary` sidecar that
 //!   answers route, service, version and time questions without decoding the window.
 //! - [`store`] (feature `file`): the read path. Listing and reading stored windows and their
-//!   summaries ([`store::list`], [`store::read`], [`store::read_summary`]).
-//! - [`encode_summary`] / [`decode_summary`]: the sidecar's binary form of a
-//!   [`WindowSummary`](span_profile_core::query::WindowSummary).
+//!   summaries ([`store::list`], [`store::read`], [`store::read_summary`]), the parallel fold
+//!   ([`store::Store`]), and the questions asked of windows: [`store::query`] (reports,
+//!   routes, spans), [`store::diff`] and [`store::summary`] (window summaries, whose binary
+//!   form is [`store::encode_summary`] / [`store::decode_summary`]).
 //!
 //! ## Lossless files
 //!
@@ -63,7 +64,6 @@ pub mod pyroscope;
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub mod store;
-mod summary;
 
 pub use config::{ConfigError, ExporterEnv, Secret, SpanScope};
 pub use output::{
@@ -78,7 +78,3 @@ pub use file::{FileStore, StaleFiles, STALE_AFTER};
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub use layout::{sanitize_component, summary_path, FILE_SUFFIX, SUMMARY_SUFFIX, TEMP_PREFIX};
-pub use summary::{
-    decode_summary, decode_summary_scoped, encode_summary, StoredSummary, SummaryError,
-    MAX_SUMMARY_LEN,
-};

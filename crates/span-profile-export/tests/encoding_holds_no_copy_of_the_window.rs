@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use span_profile_core::query::{SummaryScope, WindowSummary};
 use span_profile_core::{
     Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
 };
+use span_profile_export::store::summary::{SummaryScope, WindowSummary};
 use span_profile_export::store::{self, StoreFilter};
 use span_profile_export::{decode_pprof, encode_pprof, write_pprof, FileStore};
 use span_profile_test::counting_allocator;

@@ -7,7 +7,7 @@ mod common;
 
 use std::fs;
 
-use span_profile_core::query::{SummaryScope, WindowSummary};
+use span_profile_export::store::summary::{SummaryScope, WindowSummary};
 use span_profile_export::store::{self, StoreError, StoreFilter};
 use span_profile_export::{summary_path, FileStore, SUMMARY_SUFFIX};
 

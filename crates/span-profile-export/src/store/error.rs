@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::summary::SummaryError;
+use crate::store::sidecar::SummaryError;
 use crate::DecodeError;
 
 /// A file or directory that [`read`](crate::store::read) or [`list`](crate::store::list) could not read.

@@ -11,12 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use span_profile_core::query::{Filter, SummaryScope, WindowInfo, WindowSummary};
-use span_profile_core::Profile;
+use span_profile_core::{Profile, WindowInfo};
 
 use crate::store::error::{SkippedFile, StoreError};
 use crate::store::list::{list, StoreFilter, StoreListing, StoredFile};
+use crate::store::query::Filter;
 use crate::store::read::{read_summary, read_window};
+use crate::store::summary::{SummaryScope, WindowSummary};
 
 const MS_PER_HOUR: u64 = 3_600_000;
 const MS_PER_DAY: u64 = 24 * MS_PER_HOUR;
@@ -25,7 +26,8 @@ const NS_PER_MS: u64 = 1_000_000;
 /// A store directory, read on some threads, and what could not be read so far.
 ///
 /// ```
-/// use span_profile_core::query::{report, Filter, Report, WindowSummary};
+/// use span_profile_export::store::query::{report, Filter, Report};
+/// use span_profile_export::store::summary::WindowSummary;
 /// use span_profile_export::store::Store;
 ///
 /// let dir = std::env::temp_dir().join(format!("span-profile-fold-doc-{}", std::process::id()));

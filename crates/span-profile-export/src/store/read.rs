@@ -4,13 +4,13 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use span_profile_core::query::{SummaryScope, WindowSummary};
 use span_profile_core::Profile;
 
 use crate::layout::summary_path;
 use crate::store::error::{SkippedFile, StoreError};
 use crate::store::list::{list, StoreFilter, StoreListing, StoredFile};
-use crate::summary::{self, MAX_SUMMARY_LEN};
+use crate::store::sidecar::{self, MAX_SUMMARY_LEN};
+use crate::store::summary::{SummaryScope, WindowSummary};
 use crate::{decode_pprof, MAX_DECOMPRESSED_LEN};
 
 /// The windows [`read`] decoded, and the files it could not read.
@@ -77,7 +77,7 @@ pub fn read_window(f: &StoredFile) -> Result<Profile, StoreError> {
 /// [`read_window`] instead.
 ///
 /// Only what `scope` needs is decoded (see
-/// [`decode_summary_scoped`](crate::decode_summary_scoped)).
+/// [`decode_summary_scoped`](crate::store::decode_summary_scoped)).
 pub fn read_summary(
     f: &StoredFile,
     scope: &SummaryScope,
@@ -88,7 +88,7 @@ pub fn read_summary(
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(StoreError::Io { path, source }),
     };
-    let stored = match summary::decode(bytes.into(), scope) {
+    let stored = match sidecar::decode(bytes.into(), scope) {
         Ok(s) => s,
         Err(source) => return Err(StoreError::Summary { path, source }),
     };

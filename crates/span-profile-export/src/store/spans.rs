@@ -5,10 +5,11 @@
 
 use std::collections::HashSet;
 
-use span_profile_core::query::{self, Filter, WindowSummary};
 use span_profile_core::{Profile, SpanId};
 
 use crate::store::fold::{QueryError, Store};
+use crate::store::query::{self, Filter};
+use crate::store::summary::WindowSummary;
 
 /// Slack around a span's time when choosing windows: span clocks and window clocks are read
 /// at different moments.
@@ -90,8 +91,10 @@ pub fn span_windows(
     let (indices, tables): (Vec<usize>, Vec<Profile>) = tables.into_iter().unzip();
 
     if let Some(name) = slowest {
-        let mut f = Filter::default();
-        f.trace_id = filter.trace_id;
+        let f = Filter {
+            trace_id: filter.trace_id,
+            ..Filter::default()
+        };
         let span = query::spans(&tables, &f)
             .into_iter()
             .find(|s| &*s.span.name == name)
