@@ -3,8 +3,8 @@
 //! One protobuf message, written from hand-made prost types with field numbers of our own
 //! (there is no `.proto` to stay compatible with). Strings are kept once in a string table;
 //! per route, the frame, function and root counts are parallel columns of packed varints, which
-//! prost decodes without a per-entry message. No gzip: a summary is a fifth of its window's
-//! pprof and is read far more often than written.
+//! prost decodes without a per-entry message. No gzip: a summary is much smaller than its
+//! window's pprof and is read far more often than written.
 //!
 //! Each route, and the total of all routes, is an embedded message that the decoder first
 //! takes as raw bytes, so that [`decode_summary_scoped`] decodes only what a question needs:
