@@ -4,8 +4,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use span_profile_core::query::{Filter, SummaryScope};
-use span_profile_export::{decode_summary, decode_summary_scoped, encode_summary};
+use span_profile_export::store::query::Filter;
+use span_profile_export::store::summary::SummaryScope;
+use span_profile_export::store::{decode_summary, decode_summary_scoped, encode_summary};
 
 fuzz_target!(|data: &[u8]| {
     for scope in [

@@ -26,12 +26,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
-use span_profile_core::query::Filter;
 use span_profile_core::{Profile, Resource, WindowMerger};
-use span_profile_export::{summary_path, FileStore, StoredFile, STALE_AFTER};
+use span_profile_export::store::query::Filter;
+use span_profile_export::store::{format_rfc3339, read_window, Store, StoredFile};
+use span_profile_export::{summary_path, FileStore, STALE_AFTER};
 
 use crate::args::{parse_duration, parse_time};
-use crate::store::{read_one, Store};
 use crate::Usage;
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -120,7 +120,7 @@ struct Totals {
     unreadable: usize,
 }
 
-pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) fn run(store: &Store, args: &CompactArgs, json: bool) -> anyhow::Result<()> {
     if !(args.full < args.hourly && args.hourly < args.daily) {
         return Err(Usage(
             "the horizons must grow: --full < --hourly < --daily (e.g. --full 14d --hourly 90d --daily 400d)"
@@ -129,11 +129,11 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
         .into());
     }
     let started = Instant::now();
-    let work = store.dir.join(WORK_DIR);
+    let work = store.dir().join(WORK_DIR);
     let mut stale = 0;
     if !args.dry_run {
         recover(&work)?;
-        let removed = FileStore::new(store.dir).remove_stale_files(STALE_AFTER);
+        let removed = FileStore::new(store.dir()).remove_stale_files(STALE_AFTER);
         stale = removed.temp_files + removed.orphan_summaries;
     }
     let before = store.list(&Filter::default())?;
@@ -164,7 +164,7 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
                     serde_json::json!({
                         "service": service,
                         "tier": t.name(),
-                        "bucket_start": crate::args::format_rfc3339(t.bucket_ms().0 * NS_PER_MS),
+                        "bucket_start": format_rfc3339(t.bucket_ms().0 * NS_PER_MS),
                         "files": files.len(),
                     })
                 })
@@ -180,7 +180,7 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
                 "{service}: {} file(s) -> {} roll-up at {}",
                 files.len(),
                 t.name(),
-                crate::args::format_rfc3339(b * NS_PER_MS)
+                format_rfc3339(b * NS_PER_MS)
             );
         }
         outln!("{n} file(s) past the --daily horizon would be deleted");
@@ -196,14 +196,14 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
     let errors = Mutex::new(Vec::new());
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for _ in 0..store.threads.min(rollups.len()).max(1) {
+        for _ in 0..store.threads().min(rollups.len()).max(1) {
             s.spawn(|| loop {
                 // Relaxed: the counter only hands out distinct group indices.
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(((_, t), files)) = rollups.get(i) else {
                     break;
                 };
-                let r = roll_up(store.dir, &work, i, *t, files);
+                let r = roll_up(store.dir(), &work, i, *t, files);
                 let mut tot = totals
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -224,7 +224,7 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
             });
         }
     });
-    remove_empty_dirs(store.dir);
+    remove_empty_dirs(store.dir());
     let _ = fs::remove_dir(&work);
     let totals = totals
         .into_inner()
@@ -245,7 +245,7 @@ pub(crate) fn run(store: &Store<'_>, args: &CompactArgs, json: bool) -> anyhow::
     } else {
         outln!(
             "compacted {} in {secs:.1} s: {} file(s), {} -> {} file(s), {}; {} window(s) rolled into {} hourly and {} daily; {} file(s) past the last horizon deleted",
-            store.dir.display(), before.len(), mib(bytes_before), after.len(), mib(bytes_after),
+            store.dir().display(), before.len(), mib(bytes_before), after.len(), mib(bytes_after),
             totals.rolled, totals.hourly, totals.daily, totals.deleted
         );
         if totals.unreadable > 0 {
@@ -300,7 +300,7 @@ fn roll_up(
     let mut sources = Vec::new();
     let mut unreadable = 0;
     for f in files {
-        let p = match read_one(f) {
+        let p = match read_window(f) {
             Ok(p) => p,
             Err(_) => {
                 // Left in place: queries skip and report it; deleting it would lose evidence.

@@ -2,11 +2,12 @@
 
 use crate::text::Shown;
 use serde::Serialize;
-use span_profile_core::query::{self, FrameChange, Tally};
+use span_profile_export::store::diff::{self, FrameChange};
+use span_profile_export::store::query::Tally;
+use span_profile_export::store::{Store, Window};
 
 use crate::args::{parse_duration, parse_fraction, parse_version_selector, VersionSelector};
 use crate::select::WindowArgs;
-use crate::store::{Store, Window};
 use crate::{Empty, Usage};
 
 /// Arguments of `diff`.
@@ -47,7 +48,7 @@ struct Summary {
 }
 
 /// Returns whether a regression was found.
-pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Result<bool> {
+pub(crate) fn run(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<bool> {
     if args.windows.version.is_some() {
         return Err(Usage("diff takes versions from --old and --new, not --version".into()).into());
     }
@@ -64,7 +65,7 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
             }
             let cpu = match &w {
                 Window::Summary(s) => s.cpu_by_frame(&filter),
-                Window::Profile(p) => Some(query::cpu_by_frame(std::slice::from_ref(p), &filter)),
+                Window::Profile(p) => Some(diff::cpu_by_frame(std::slice::from_ref(p), &filter)),
             };
             let Some(cpu) = cpu else {
                 return false;
@@ -116,7 +117,7 @@ pub(crate) fn run(store: &Store<'_>, args: &DiffArgs, json: bool) -> anyhow::Res
             .into());
         }
     }
-    let grew: Vec<FrameChange> = query::diff_tallies(&old, &new, args.threshold);
+    let grew: Vec<FrameChange> = diff::diff_tallies(&old, &new, args.threshold);
     if json {
         let out = serde_json::json!({
             "old": old_sum,

@@ -5,10 +5,10 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use span_profile_core::query::{self, Tally};
+use span_profile_export::store::query::{self, Tally};
+use span_profile_export::store::Store;
 
 use crate::select::{self, SelectorArgs};
-use crate::store::Store;
 use crate::Empty;
 
 /// Arguments of `flame`.
@@ -24,7 +24,7 @@ pub(crate) struct FlameArgs {
     pub(crate) title: Option<String>,
 }
 
-pub(crate) fn run(store: &Store<'_>, args: &FlameArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) fn run(store: &Store, args: &FlameArgs, json: bool) -> anyhow::Result<()> {
     let (filter, stacks) = select::query(store, &args.select, query::folded_stacks, Tally::merge)?;
     let what = match filter.span_id {
         Some(id) => format!("span {id}"),

@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 use span_profile_core::{SpanId, TraceId};
+use span_profile_export::store::format_rfc3339;
 
-use crate::args::{format_rfc3339, parse_span_id, parse_trace_id, parse_unix_ns};
+use crate::args::{parse_span_id, parse_trace_id, parse_unix_ns};
 use crate::Usage;
 
 /// Placeholders a custom template may use.

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use span_profile_export::store::Store;
 
 /// `println!` that returns [`Output`] instead of panicking when standard output is closed or
 /// full. Only inside a function that returns `anyhow::Result`.
@@ -35,9 +36,12 @@ mod overhead;
 mod routes;
 mod select;
 mod spans;
-mod store;
 mod text;
 mod top;
+
+/// The environment variable that turns window summaries off when set to anything but `0`
+/// (ADR 0006).
+const NO_SUMMARY_VAR: &str = "SPAN_PROFILE_NO_SUMMARY";
 
 /// Exit code when `diff` finds a regression.
 const EXIT_REGRESSION: u8 = 1;
@@ -191,7 +195,7 @@ fn main() -> ExitCode {
 fn with_store<T: IntoExit>(
     dir: &std::path::Path,
     threads: usize,
-    f: impl FnOnce(&store::Store<'_>) -> anyhow::Result<T>,
+    f: impl FnOnce(&Store) -> anyhow::Result<T>,
 ) -> anyhow::Result<u8> {
     if !dir.is_dir() {
         return Err(Usage(format!(
@@ -200,10 +204,44 @@ fn with_store<T: IntoExit>(
         ))
         .into());
     }
-    let s = store::Store::new(dir, threads);
+    let summaries_off = std::env::var_os(NO_SUMMARY_VAR).is_some_and(|v| !v.is_empty() && v != "0");
+    let s = Store::new(dir)
+        .with_threads(threads)
+        .with_summaries(!summaries_off);
     let r = f(&s);
-    s.warn_skipped();
+    warn_skipped(&s);
     r.map(IntoExit::code)
+}
+
+/// Prints one warning for the files the store skipped on stderr (the first few with their
+/// reason), and one note for the summaries that could not be used.
+fn warn_skipped(store: &Store) {
+    let bad = store.take_unusable_summaries();
+    if !bad.is_empty() {
+        eprintln!(
+            "note: {} window summary file(s) in {} could not be used; those windows were decoded instead (the answer is complete)",
+            bad.len(),
+            store.dir().display()
+        );
+        for e in bad.iter().take(3) {
+            eprintln!("  {e}");
+        }
+    }
+    let all = store.take_skipped();
+    if all.is_empty() {
+        return;
+    }
+    eprintln!(
+        "warning: skipped {} unreadable file(s) in {} (corrupt, truncated or unreadable); the answer leaves them out",
+        all.len(),
+        store.dir().display()
+    );
+    for s in all.iter().take(5) {
+        eprintln!("  {}", s.error);
+    }
+    if all.len() > 5 {
+        eprintln!("  … and {} more", all.len() - 5);
+    }
 }
 
 /// What a command returns: nothing (exit 0) or an exit code.

@@ -2,10 +2,11 @@
 
 use crate::text::Shown;
 use serde::Serialize;
-use span_profile_core::query::{self, RouteShare, Tally, WindowSummary};
+use span_profile_export::store::query::{self, RouteShare, Tally};
+use span_profile_export::store::summary::WindowSummary;
+use span_profile_export::store::Store;
 
-use crate::select::{self, WindowArgs};
-use crate::store::Store;
+use crate::select::WindowArgs;
 use crate::Empty;
 
 /// Arguments of `routes`.
@@ -18,11 +19,10 @@ pub(crate) struct RoutesArgs {
     pub(crate) windows: WindowArgs,
 }
 
-pub(crate) fn run(store: &Store<'_>, args: &RoutesArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) fn run(store: &Store, args: &RoutesArgs, json: bool) -> anyhow::Result<()> {
     let filter = args.windows.filter();
     let frame = args.frame.as_str();
-    let tally = select::stream_summarized(
-        store,
+    let tally = store.stream_summarized(
         &filter,
         true,
         |p, f| query::frame_cpu_by_route(p, f, frame),

@@ -1,12 +1,12 @@
 //! `span-profile spans`: ended spans, slowest first, with their durations and sample counts.
 
 use crate::text::Shown;
-use span_profile_core::query::{SpanSummary, SpanTally};
 use span_profile_core::TraceId;
+use span_profile_export::store::query::{SpanSummary, SpanTally};
+use span_profile_export::store::{format_rfc3339, Store};
 
-use crate::args::{format_duration_ns, format_rfc3339, parse_trace_id};
-use crate::select::{self, WindowArgs};
-use crate::store::Store;
+use crate::args::{format_duration_ns, parse_trace_id};
+use crate::select::WindowArgs;
 use crate::Empty;
 
 /// Arguments of `spans`.
@@ -28,11 +28,10 @@ pub(crate) struct SpansArgs {
     pub(crate) limit: usize,
 }
 
-pub(crate) fn run(store: &Store<'_>, args: &SpansArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) fn run(store: &Store, args: &SpansArgs, json: bool) -> anyhow::Result<()> {
     let mut filter = args.windows.filter();
     filter.trace_id = args.trace_id;
-    let tally = select::stream(
-        store,
+    let tally = store.stream(
         &filter,
         |p, f| {
             let mut t = SpanTally::default();

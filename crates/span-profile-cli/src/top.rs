@@ -3,12 +3,13 @@
 
 use crate::text::Shown;
 use serde::Serialize;
-use span_profile_core::query::{self, Coverage, FrameCost, Report, Tally, WindowSummary};
 use span_profile_core::SpanRecord;
+use span_profile_export::store::query::{self, Coverage, FrameCost, Report, Tally};
+use span_profile_export::store::summary::WindowSummary;
+use span_profile_export::store::Store;
 
 use crate::args::format_duration_ns;
 use crate::select::{self, SelectorArgs};
-use crate::store::Store;
 use crate::Empty;
 
 /// Arguments of `top`.
@@ -22,7 +23,7 @@ pub(crate) struct TopArgs {
     pub(crate) limit: usize,
 }
 
-pub(crate) fn run(store: &Store<'_>, args: &TopArgs, json: bool) -> anyhow::Result<()> {
+pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> {
     let sel = &args.select;
     let cost_attribution = sel.windows.service.is_some()
         && sel.windows.version.is_none()
@@ -169,7 +170,7 @@ fn coverage_line(c: &Coverage, duration_ns: u64) -> String {
 }
 
 /// `top --service S` alone: the service's CPU by top-level frame.
-fn attribution(store: &Store<'_>, args: &TopArgs, json: bool) -> anyhow::Result<()> {
+fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> {
     let (filter, t) = select::query_summarized(
         store,
         &args.select,

@@ -8,10 +8,12 @@
 //! - [`Frame`], [`Stack`], [`RawFrame`]: interned frames; walkers report raw frames.
 //! - [`ExecutionKey`]: a thread, or a task on a thread.
 //! - [`Resource`] and [`labels::LabelValues`]: resource labels, per-sample labels with caps.
-//! - [`Profile`]: one closed window, what exporters receive and queries read.
+//! - [`Profile`]: one closed window, what exporters receive and queries read; [`WindowInfo`]:
+//!   what window filters look at (its service, version and time range).
 //! - [`WindowMerger`] / [`merge_windows`]: windows rolled up into one (retention).
-//! - [`query::WindowSummary`]: what route, service, version and time questions need from a
-//!   window, without its stacks; answers them as the queries on the [`Profile`] do.
+//!
+//! Reading stored windows back, and the questions asked of them (reports, routes, spans,
+//! diffs, window summaries), are `span_profile_export::store`.
 //!
 //! Traits: [`StackWalker`] (a runtime's stacks) and [`Exporter`] (where windows go).
 //!
@@ -36,14 +38,12 @@ mod mixhash;
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel;
 mod profile;
-pub mod query;
 mod registry;
 mod rng;
 mod rows;
 mod runtime;
 mod sampled;
 mod spans;
-mod summary;
 mod time;
 mod walker;
 
@@ -55,7 +55,7 @@ pub use id::{ParseIdError, SpanContext, SpanId, TraceId};
 pub use key::ExecutionKey;
 pub use labels::Resource;
 pub use merge::{merge_windows, MergeError, WindowMerger};
-pub use profile::{Profile, ProfileSample, SpanRecord, WindowStats};
+pub use profile::{Profile, ProfileSample, SpanRecord, WindowInfo, WindowStats};
 pub use registry::{ActiveSpan, ActiveSpanRegistry, AtomicActiveSpan, RegistryStats};
 pub use runtime::{Profiler, ProfilerBuilder, ProfilerStats, StartError};
 pub use spans::{SpanEnd, SpanScope, SpanStart, SpanTable, SpanTableLimits, WindowSpans};

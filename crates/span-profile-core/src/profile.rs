@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::query::WindowInfo;
 use crate::{Frame, Resource, SpanContext, SpanId, Stack, TraceId};
 
 /// One aggregated row of a window: all samples that shared a stack, a span and labels.
@@ -104,6 +103,19 @@ pub struct WindowStats {
     /// Sampler reads of the registry that gave up because a hook kept rewriting the slot
     /// (the sample then carries no span).
     pub contended_reads: u64,
+}
+
+/// What a window is, as the window filters see it: its service, version and time range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowInfo<'a> {
+    /// `service.name` of the window's resource.
+    pub service: &'a str,
+    /// `service.version` of the window's resource.
+    pub version: Option<&'a str>,
+    /// Window start, Unix nanoseconds.
+    pub start_unix_ns: u64,
+    /// Window length in nanoseconds.
+    pub duration_ns: u64,
 }
 
 /// One window of aggregated samples. Frames and stacks are interned tables that samples index.

@@ -1,15 +1,8 @@
 //! Calendar arithmetic for UTC dates (proleptic Gregorian, H. Hinnant's algorithms), shared by
-//! the file store's date directories and the CLI's time parsing.
+//! the file store's date directories and the store's RFC 3339 times.
 
 /// Days since 1970-01-01 → (year, month, day).
-///
-/// ```
-/// use span_profile_export::civil::{civil_from_days, days_from_civil};
-/// assert_eq!(civil_from_days(0), (1970, 1, 1));
-/// assert_eq!(days_from_civil(2024, 2, 29), 19_782);
-/// assert_eq!(civil_from_days(19_782), (2024, 2, 29));
-/// ```
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -23,7 +16,7 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 /// (year, month, day) → days since 1970-01-01; the inverse of [`civil_from_days`].
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);
@@ -36,6 +29,13 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn known_days() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    }
 
     #[test]
     fn round_trips_four_centuries_of_days() {

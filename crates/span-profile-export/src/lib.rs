@@ -10,12 +10,13 @@
 //!   panics, and also reads profiles written by other tools.
 //! - [`pprof`]: the prost messages of pprof's `profile.proto`.
 //! - [`FileStore`] (feature `file`): an [`Exporter`](span_profile_core::Exporter) writing one
-//!   `.pb.gz` per window with atomic renames, and [`FileStore::read`] / [`FileStore::list`]
-//!   to query the tree. Each window has a `.pb.gz.summary` sidecar
-//!   ([`FileStore::read_summary`]) that answers route, service, version and time questions
-//!   without decoding the window.
-//! - [`encode_summary`] / [`decode_summary`]: the sidecar's binary form of a
-//!   [`WindowSummary`](span_profile_core::query::WindowSummary).
+//!   `.pb.gz` per window with atomic renames. Each window has a `.pb.gz.summary` sidecar that
+//!   answers route, service, version and time questions without decoding the window.
+//! - [`store`] (feature `file`): the read path. Listing and reading stored windows and their
+//!   summaries ([`store::list`], [`store::read`], [`store::read_summary`]), the parallel fold
+//!   ([`store::Store`]), and the questions asked of windows: [`store::query`] (reports,
+//!   routes, spans), [`store::diff`] and [`store::summary`] (window summaries, whose binary
+//!   form is [`store::encode_summary`] / [`store::decode_summary`]).
 //!
 //! ## Lossless files
 //!
@@ -39,7 +40,8 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod civil;
+#[cfg(feature = "file")]
+mod civil;
 mod config;
 mod decode;
 #[cfg(any(feature = "pyroscope", feature = "otlp"))]
@@ -48,6 +50,8 @@ pub mod delivery;
 mod encode;
 #[cfg(feature = "file")]
 mod file;
+#[cfg(feature = "file")]
+mod layout;
 mod meta;
 #[cfg(feature = "otlp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
@@ -57,7 +61,9 @@ pub mod pprof;
 #[cfg(feature = "pyroscope")]
 #[cfg_attr(docsrs, doc(cfg(feature = "pyroscope")))]
 pub mod pyroscope;
-mod summary;
+#[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+pub mod store;
 
 pub use config::{ConfigError, ExporterEnv, Secret, SpanScope};
 pub use output::{exporter_for_output, parse_output, Output, OutputError};
@@ -66,11 +72,7 @@ pub use decode::{decode_pprof, DecodeError, MAX_DECOMPRESSED_LEN};
 pub use encode::{encode_pprof, encode_pprof_raw, write_pprof, TRUNCATED_FRAME};
 #[cfg(feature = "file")]
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
-pub use file::{
-    sanitize_component, summary_path, FileStore, SkippedFile, StaleFiles, StoreError, StoreFilter,
-    StoreListing, StoreRead, StoredFile, FILE_SUFFIX, STALE_AFTER, SUMMARY_SUFFIX, TEMP_PREFIX,
-};
-pub use summary::{
-    decode_summary, decode_summary_scoped, encode_summary, StoredSummary, SummaryError,
-    MAX_SUMMARY_LEN,
-};
+pub use file::{FileStore, StaleFiles, STALE_AFTER};
+#[cfg(feature = "file")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+pub use layout::{sanitize_component, summary_path, FILE_SUFFIX, SUMMARY_SUFFIX, TEMP_PREFIX};

@@ -7,11 +7,12 @@
 
 use std::sync::Arc;
 
-use span_profile_core::query::{SummaryScope, WindowSummary};
 use span_profile_core::{
     Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
 };
-use span_profile_export::{decode_pprof, encode_pprof, write_pprof, FileStore, StoreFilter};
+use span_profile_export::store::summary::{SummaryScope, WindowSummary};
+use span_profile_export::store::{self, StoreFilter};
+use span_profile_export::{decode_pprof, encode_pprof, write_pprof, FileStore};
 use span_profile_test::counting_allocator;
 
 counting_allocator!(ALLOC);
@@ -111,12 +112,12 @@ fn the_file_store_writes_a_busy_window_without_holding_its_file() {
         peak as usize <= allowed,
         "writing {SAMPLES} samples held {peak} bytes at its peak; the bound is {allowed}"
     );
-    let listed = FileStore::list(dir.path(), &StoreFilter::default())
+    let listed = store::list(dir.path(), &StoreFilter::default())
         .unwrap()
         .files;
     assert_eq!(listed.len(), 1);
-    assert_eq!(FileStore::read_file(&listed[0]).unwrap(), p);
+    assert_eq!(store::read_window(&listed[0]).unwrap(), p);
     // The summary records the length of the file as streamed.
-    let summary = FileStore::read_summary(&listed[0], &SummaryScope::Whole).unwrap();
+    let summary = store::read_summary(&listed[0], &SummaryScope::Whole).unwrap();
     assert_eq!(summary, Some(WindowSummary::from_profile(&p)));
 }

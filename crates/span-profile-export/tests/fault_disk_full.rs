@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use fault_common::{files_named, window};
 use span_profile_core::{Profile, Profiler};
-use span_profile_export::{FileStore, StoreFilter, FILE_SUFFIX, TEMP_PREFIX};
+use span_profile_export::store::{self, StoreFilter};
+use span_profile_export::{FileStore, FILE_SUFFIX, TEMP_PREFIX};
 use span_profile_test::FakeWalker;
 
 /// A tmpfs mounted for the test, unmounted on drop.
@@ -88,7 +89,7 @@ fn fill_until_a_write_fails(dir: &Path) -> Vec<Profile> {
 fn assert_no_debris(dir: &Path, written: &[Profile]) {
     let temps = files_named(dir, &|n| n.starts_with(TEMP_PREFIX));
     assert!(temps.is_empty(), "temp files left: {temps:?}");
-    let read = FileStore::read(dir, &StoreFilter::default()).unwrap();
+    let read = store::read(dir, &StoreFilter::default()).unwrap();
     assert!(
         read.skipped.is_empty(),
         "torn or unreadable: {:?}",
@@ -192,7 +193,7 @@ fn through_the_profiler_failed_exports_are_counted_and_sampling_goes_on() {
         stats.windows - stats.exported_windows,
         "one error per lost window: {stats:?}"
     );
-    let read = FileStore::read(disk.path.join("store"), &StoreFilter::default()).unwrap();
+    let read = store::read(disk.path.join("store"), &StoreFilter::default()).unwrap();
     assert!(read.skipped.is_empty(), "{:?}", read.skipped);
     assert_eq!(read.profiles.len() as u64, stats.exported_windows);
     let reported: u64 = read.profiles.iter().map(|p| p.stats.export_errors).sum();

@@ -13,7 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fault_common::{files_named, window};
-use span_profile_export::{FileStore, StoreFilter, FILE_SUFFIX, TEMP_PREFIX};
+use span_profile_export::store::{self, StoreFilter};
+use span_profile_export::{FileStore, FILE_SUFFIX, TEMP_PREFIX};
 
 const KIB: usize = 512;
 
@@ -65,7 +66,7 @@ fn a_writer_killed_mid_write_leaves_no_torn_window() {
 
     let temps = files_named(dir.path(), &|n| n.starts_with(TEMP_PREFIX));
     let windows = finished(dir.path());
-    let read = FileStore::read(dir.path(), &StoreFilter::default()).unwrap();
+    let read = store::read(dir.path(), &StoreFilter::default()).unwrap();
     assert!(read.skipped.is_empty(), "torn: {:?}", read.skipped);
     assert_eq!(read.profiles.len(), windows, "every finished file reads");
     for p in &read.profiles {
@@ -76,7 +77,7 @@ fn a_writer_killed_mid_write_leaves_no_torn_window() {
     // A new writer beside the killed writers' debris.
     let store = FileStore::new(dir.path());
     store.write(&window("sigkill", 99_999, 4)).unwrap();
-    let read = FileStore::read(dir.path(), &StoreFilter::default()).unwrap();
+    let read = store::read(dir.path(), &StoreFilter::default()).unwrap();
     assert_eq!(read.profiles.len(), windows + 1);
     assert!(read.skipped.is_empty());
     eprintln!(

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use span_profile_core::{Profile, Resource};
-use span_profile_export::{FileStore, StaleFiles, StoreFilter, STALE_AFTER};
+use span_profile_export::store::{self, StoreFilter};
+use span_profile_export::{FileStore, StaleFiles, STALE_AFTER};
 
 fn aged(path: &Path, age: Duration) {
     fs::write(path, b"left by a killed writer").unwrap();
@@ -64,7 +65,7 @@ fn the_first_write_removes_old_temp_files_and_orphan_summaries() {
     assert_eq!((now.temp_files, now.orphan_summaries), (2, 1));
     assert_eq!(store.stale_files_removed().temp_files, 4);
 
-    let read = FileStore::read(dir.path(), &StoreFilter::default()).unwrap();
+    let read = store::read(dir.path(), &StoreFilter::default()).unwrap();
     assert_eq!(read.profiles.len(), 2);
     assert!(read.skipped.is_empty());
 }

@@ -7,8 +7,9 @@ mod common;
 
 use std::fs;
 
-use span_profile_core::query::{SummaryScope, WindowSummary};
-use span_profile_export::{summary_path, FileStore, StoreError, StoreFilter, SUMMARY_SUFFIX};
+use span_profile_export::store::summary::{SummaryScope, WindowSummary};
+use span_profile_export::store::{self, StoreError, StoreFilter};
+use span_profile_export::{summary_path, FileStore, SUMMARY_SUFFIX};
 
 #[test]
 fn a_window_reads_back_with_its_summary() {
@@ -21,16 +22,16 @@ fn a_window_reads_back_with_its_summary() {
     let sidecar_len = fs::metadata(&sidecar).unwrap().len();
     assert!(sidecar_len < fs::metadata(&path).unwrap().len());
 
-    let listed = FileStore::list(dir.path(), &StoreFilter::default())
+    let listed = store::list(dir.path(), &StoreFilter::default())
         .unwrap()
         .files;
     assert_eq!(listed.len(), 1, "the summary is not a window: {listed:?}");
     assert_eq!(listed[0].path, path);
-    let summary = FileStore::read_summary(&listed[0], &SummaryScope::Whole)
+    let summary = store::read_summary(&listed[0], &SummaryScope::Whole)
         .unwrap()
         .unwrap();
     assert_eq!(summary, WindowSummary::from_profile(&p));
-    assert!(FileStore::read(dir.path(), &StoreFilter::default())
+    assert!(store::read(dir.path(), &StoreFilter::default())
         .unwrap()
         .skipped
         .is_empty());
@@ -44,14 +45,14 @@ fn missing_corrupt_cut_or_stale_summaries_are_not_answers() {
     let sidecar = summary_path(&path);
     let good = fs::read(&sidecar).unwrap();
     let file = || {
-        FileStore::list(dir.path(), &StoreFilter::default())
+        store::list(dir.path(), &StoreFilter::default())
             .unwrap()
             .files
             .remove(0)
     };
 
     fs::write(&sidecar, &good[..good.len() - 3]).unwrap();
-    let e = FileStore::read_summary(&file(), &SummaryScope::Whole).unwrap_err();
+    let e = store::read_summary(&file(), &SummaryScope::Whole).unwrap_err();
     assert!(matches!(e, StoreError::Summary { .. }), "{e}");
     assert!(
         e.to_string().contains("decode its window file instead"),
@@ -60,7 +61,7 @@ fn missing_corrupt_cut_or_stale_summaries_are_not_answers() {
 
     fs::write(&sidecar, b"\x1f\x8b garbage").unwrap();
     assert!(matches!(
-        FileStore::read_summary(&file(), &SummaryScope::Whole),
+        store::read_summary(&file(), &SummaryScope::Whole),
         Err(StoreError::Summary { .. })
     ));
 
@@ -69,18 +70,18 @@ fn missing_corrupt_cut_or_stale_summaries_are_not_answers() {
     let mut bytes = fs::read(&path).unwrap();
     bytes.extend_from_slice(b"tail");
     fs::write(&path, &bytes).unwrap();
-    let e = FileStore::read_summary(&file(), &SummaryScope::Whole).unwrap_err();
+    let e = store::read_summary(&file(), &SummaryScope::Whole).unwrap_err();
     assert!(matches!(e, StoreError::StaleSummary { .. }), "{e}");
 
     fs::remove_file(&sidecar).unwrap();
-    assert!(FileStore::read_summary(&file(), &SummaryScope::Whole)
+    assert!(store::read_summary(&file(), &SummaryScope::Whole)
         .unwrap()
         .is_none());
 
     // A summary whose window is gone is not listed.
     fs::write(&sidecar, &good).unwrap();
     fs::remove_file(&path).unwrap();
-    let listing = FileStore::list(dir.path(), &StoreFilter::default()).unwrap();
+    let listing = store::list(dir.path(), &StoreFilter::default()).unwrap();
     assert!(listing.files.is_empty() && listing.skipped.is_empty());
     assert!(sidecar.to_string_lossy().ends_with(SUMMARY_SUFFIX));
 }

@@ -7,7 +7,8 @@ use std::fs;
 use std::sync::Arc;
 
 use span_profile_core::{ExportError, Exporter, Profile};
-use span_profile_export::{FileStore, StoreError, StoreFilter};
+use span_profile_export::store::{self, StoreError, StoreFilter};
+use span_profile_export::FileStore;
 
 fn window(start_unix_ns: u64, service: &str) -> Profile {
     let mut p = common::checkout_profile();
@@ -59,7 +60,7 @@ fn windows_land_in_service_and_day_directories_with_no_temp_files_left() {
             "checkout/2023-11-14/1700000000123-host-1_pid_42-1.pb.gz.summary",
         ]
     );
-    let read = FileStore::read(dir.path(), &StoreFilter::default()).unwrap();
+    let read = store::read(dir.path(), &StoreFilter::default()).unwrap();
     assert!(read.skipped.is_empty(), "{:?}", read.skipped);
     assert_eq!(read.profiles, [a.clone(), a, b]);
 }
@@ -86,7 +87,7 @@ fn temp_files_and_torn_files_are_ignored_or_skipped_never_fatal() {
     fs::write(&junk, b"junk").unwrap();
     fs::write(day.join("README.txt"), b"not a window").unwrap();
 
-    let read = FileStore::read(dir.path(), &StoreFilter::default()).unwrap();
+    let read = store::read(dir.path(), &StoreFilter::default()).unwrap();
     assert_eq!(read.profiles.len(), 1);
     let skipped: Vec<_> = read.skipped.iter().map(|s| s.path.clone()).collect();
     assert_eq!(skipped, [torn, junk]);
@@ -120,12 +121,12 @@ fn filters_apply_to_names_before_decoding() {
         since_unix_ns: Some(t0 + 1),
         until_unix_ns: Some(t0 + 2 * day),
     };
-    let read = FileStore::read(dir.path(), &filter).unwrap();
+    let read = store::read(dir.path(), &filter).unwrap();
     assert!(read.skipped.is_empty());
     let starts: Vec<_> = read.profiles.iter().map(|p| p.start_unix_ns).collect();
     assert_eq!(starts, [t0 + day]);
 
-    let listed = FileStore::list(dir.path(), &StoreFilter::default())
+    let listed = store::list(dir.path(), &StoreFilter::default())
         .unwrap()
         .files;
     assert_eq!(listed.len(), 5);
@@ -151,7 +152,7 @@ fn errors_name_the_path_and_what_to_check() {
         "{msg}"
     );
 
-    let missing = FileStore::read(dir.path().join("missing"), &StoreFilter::default());
+    let missing = store::read(dir.path().join("missing"), &StoreFilter::default());
     assert!(matches!(missing, Err(StoreError::Io { .. })));
 
     store.shutdown().unwrap();

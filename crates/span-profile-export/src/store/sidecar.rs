@@ -3,8 +3,8 @@
 //! One protobuf message, written from hand-made prost types with field numbers of our own
 //! (there is no `.proto` to stay compatible with). Strings are kept once in a string table;
 //! per route, the frame, function and root counts are parallel columns of packed varints, which
-//! prost decodes without a per-entry message. No gzip: a summary is a fifth of its window's
-//! pprof and is read far more often than written.
+//! prost decodes without a per-entry message. No gzip: a summary is much smaller than its
+//! window's pprof and is read far more often than written.
 //!
 //! Each route, and the total of all routes, is an embedded message that the decoder first
 //! takes as raw bytes, so that [`decode_summary_scoped`] decodes only what a question needs:
@@ -14,9 +14,9 @@
 //! The message also records the length of the pprof file it summarizes, so that a reader can
 //! tell a summary from the window next to it apart from a stale one.
 
+use crate::store::summary::{FrameSummary, RouteSummary, SummaryScope, WindowSummary};
 use prost::bytes::Bytes;
 use prost::Message;
-use span_profile_core::query::{FrameSummary, RouteSummary, SummaryScope, WindowSummary};
 
 /// Version of the summary layout; a decoder refuses newer ones.
 const FORMAT: u32 = 1;
@@ -174,8 +174,9 @@ struct RouteMsg {
 /// Encodes a window's summary as the sidecar of a pprof file of `pprof_len` bytes.
 ///
 /// ```
-/// use span_profile_core::{query::WindowSummary, Profile, Resource};
-/// use span_profile_export::{decode_summary, encode_summary};
+/// use span_profile_core::{Profile, Resource};
+/// use span_profile_export::store::summary::WindowSummary;
+/// use span_profile_export::store::{decode_summary, encode_summary};
 ///
 /// let p = Profile::empty(Resource::default(), 0, 60_000_000_000, 10_000_000);
 /// let s = WindowSummary::from_profile(&p);
@@ -232,8 +233,9 @@ pub fn decode_summary(data: &[u8]) -> Result<StoredSummary, SummaryError> {
 /// Every route's name and sample counts are still read and checked.
 ///
 /// ```
-/// use span_profile_core::query::{Filter, SummaryScope, WindowSummary};
-/// use span_profile_export::{decode_summary_scoped, encode_summary};
+/// use span_profile_export::store::query::Filter;
+/// use span_profile_export::store::summary::{SummaryScope, WindowSummary};
+/// use span_profile_export::store::{decode_summary_scoped, encode_summary};
 /// # let p = span_profile_core::Profile::empty(Default::default(), 0, 60_000_000_000, 10_000_000);
 /// let bytes = encode_summary(&WindowSummary::from_profile(&p), 0);
 /// let route = SummaryScope::Route("/checkout".into());
@@ -503,7 +505,7 @@ mod tests {
 
     #[test]
     fn a_part_is_decoded_alone_and_answers_as_the_whole() {
-        use span_profile_core::query::Filter;
+        use crate::store::query::Filter;
         let s = summary();
         let bytes = encode_summary(&s, 5);
         let total = decode_summary_scoped(bytes.clone(), &SummaryScope::AllRoutes).unwrap();

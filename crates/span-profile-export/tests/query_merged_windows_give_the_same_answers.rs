@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use span_profile_core::query::{self, Filter, Report, SpanTally, Tally};
 use span_profile_core::{
     merge_windows, Frame, MergeError, Profile, ProfileSample, Resource, SpanContext, SpanId,
     SpanRecord, Stack, TraceId,
 };
+use span_profile_export::store::diff;
+use span_profile_export::store::query::{self, Filter, Report, SpanTally, Tally};
 
 const PERIOD: u64 = 10_000_000;
 
@@ -102,7 +103,7 @@ fn reports_and_tallies_of_single_windows_merge_into_the_whole() {
     let mut spans = SpanTally::default();
     for w in &all {
         merged.merge(query::report(std::slice::from_ref(w), &f));
-        cpu.merge(query::cpu_by_frame(std::slice::from_ref(w), &f));
+        cpu.merge(diff::cpu_by_frame(std::slice::from_ref(w), &f));
         spans.add(std::slice::from_ref(w), &Filter::default());
     }
     assert_eq!(
@@ -110,7 +111,7 @@ fn reports_and_tallies_of_single_windows_merge_into_the_whole() {
         (whole.samples, whole.windows, whole.window_samples)
     );
     assert_eq!(frames(&merged), frames(&whole));
-    assert_eq!(cpu, query::cpu_by_frame(&all, &f));
+    assert_eq!(cpu, diff::cpu_by_frame(&all, &f));
     let listed: Vec<_> = spans
         .finish()
         .into_iter()

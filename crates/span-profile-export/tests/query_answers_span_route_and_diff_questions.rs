@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use span_profile_core::query::{self, Filter};
 use span_profile_core::{
     Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
 };
+use span_profile_export::store::diff;
+use span_profile_export::store::query::{self, Filter};
 
 const PERIOD: u64 = 10_000_000; // 100 Hz
 
@@ -208,7 +209,7 @@ fn the_reverse_query_names_the_routes_behind_a_frame() {
 #[test]
 fn the_diff_flags_frames_that_grew_past_the_threshold() {
     let profiles = vec![checkout_window("1.0", 10), checkout_window("2.0", 56)];
-    let grew = query::diff(
+    let grew = diff::diff(
         &profiles,
         &Filter::default().version("1.0"),
         &Filter::default().version("2.0"),
@@ -217,7 +218,7 @@ fn the_diff_flags_frames_that_grew_past_the_threshold() {
     assert_eq!(grew.len(), 1, "{grew:?}");
     assert_eq!(grew[0].function, "parse_date");
     assert!(grew[0].new_share > grew[0].old_share + 0.2);
-    let none = query::diff(
+    let none = diff::diff(
         &profiles,
         &Filter::default().version("2.0"),
         &Filter::default().version("2.0"),

@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
-use span_profile_core::query::{self, Filter, Report, Tally, WindowSummary};
 use span_profile_core::{Frame, Profile, ProfileSample, Resource, Stack, TraceId};
+use span_profile_export::store::query::{self, Filter, Report, Tally};
+use span_profile_export::store::{diff, summary::WindowSummary};
 use span_profile_test::XorShift as Rng;
 
 const FUNCTIONS: [&str; 6] = ["main", "handle", "parse_date", "render", "idle", ""];
@@ -106,7 +107,7 @@ fn assert_same(got: &Report, want: &Report, what: &str) {
 fn assert_tallies(p: &[Profile], s: &WindowSummary, f: &Filter, what: &str) {
     assert_eq!(
         s.cpu_by_frame(f).unwrap(),
-        query::cpu_by_frame(p, f),
+        diff::cpu_by_frame(p, f),
         "cpu_by_frame: {what}"
     );
     assert_eq!(
@@ -166,7 +167,7 @@ fn summaries_merged_over_windows_answer_as_all_the_windows() {
                 roots.merge(s.cpu_by_root_frame(f).unwrap());
             }
             assert_same(&r, &query::report(&windows, f), &what);
-            assert_eq!(cpu, query::cpu_by_frame(&windows, f), "{what}");
+            assert_eq!(cpu, diff::cpu_by_frame(&windows, f), "{what}");
             assert_eq!(roots, query::cpu_by_root_frame(&windows, f), "{what}");
         }
     }

@@ -1,10 +1,13 @@
-//! Questions asked of stored windows: a span's samples and top frames, the same for a trace,
-//! a route or a service, the routes that produce a frame, and deploy-to-deploy diffs.
+//! Questions asked of stored windows: which samples a [`Filter`] selects, a span's samples and
+//! top frames, the same for a trace, a route or a service, the routes that produce a frame,
+//! the spans of some windows, and the counting rules every answer shares (also those of
+//! [`WindowSummary`](crate::store::summary::WindowSummary) and
+//! [`diff`](crate::store::diff)).
 //!
 //! Everything here works on a slice of [`Profile`]s, however they were loaded.
 //!
 //! ```
-//! use span_profile_core::query::{report, Filter};
+//! use span_profile_export::store::query::{report, Filter};
 //! # let profiles: Vec<span_profile_core::Profile> = vec![];
 //! let r = report(&profiles, &Filter::default().route("/checkout"));
 //! for f in r.top(10) {
@@ -18,8 +21,7 @@ use std::hash::Hash;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
-pub use crate::summary::{FrameSummary, RouteSummary, SummaryScope, WindowSummary};
-use crate::{Profile, ProfileSample, SpanId, SpanRecord, TraceId};
+use span_profile_core::{Profile, ProfileSample, SpanId, SpanRecord, TraceId, WindowInfo};
 
 /// Which samples to select. Set fields combine with AND.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -83,7 +85,7 @@ impl Filter {
     }
 
     /// [`matches_window`](Filter::matches_window) from what a window is, whatever holds it (a
-    /// [`Profile`] or a [`WindowSummary`]).
+    /// [`Profile`] or a [`WindowSummary`](crate::store::summary::WindowSummary)).
     pub fn matches(&self, w: &WindowInfo<'_>) -> bool {
         self.service.as_deref().is_none_or(|s| w.service == s)
             && self.version.as_deref().is_none_or(|v| w.version == Some(v))
@@ -92,19 +94,6 @@ impl Filter {
                 .is_none_or(|t| w.start_unix_ns.saturating_add(w.duration_ns) > t)
             && self.until_unix_ns.is_none_or(|t| w.start_unix_ns < t)
     }
-}
-
-/// What a window is, as the window filters see it: its service, version and time range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WindowInfo<'a> {
-    /// `service.name` of the window's resource.
-    pub service: &'a str,
-    /// `service.version` of the window's resource.
-    pub version: Option<&'a str>,
-    /// Window start, Unix nanoseconds.
-    pub start_unix_ns: u64,
-    /// Window length in nanoseconds.
-    pub duration_ns: u64,
 }
 
 /// Every span recorded in `profiles`, one record per span id (an ended record wins over an
@@ -222,7 +211,7 @@ impl Report {
     /// all its windows at once. Here the first report that has a span or coverage keeps it.
     ///
     /// ```
-    /// use span_profile_core::query::{report, Filter, Report};
+    /// use span_profile_export::store::query::{report, Filter, Report};
     /// # let (a, b): (Vec<span_profile_core::Profile>, Vec<span_profile_core::Profile>) = (vec![], vec![]);
     /// let f = Filter::default().route("/checkout");
     /// let mut r = Report::default();
@@ -309,7 +298,7 @@ fn sort_frames(frames: &mut [FrameCost]) {
 }
 
 /// Self and total samples by frame key: how [`report`] counts a stack, and how a
-/// [`WindowSummary`] counts it ahead of time. The leaf (the first key) gets the sample's count
+/// [`WindowSummary`](crate::store::summary::WindowSummary) counts it ahead of time. The leaf (the first key) gets the sample's count
 /// as self; every distinct key on the stack gets it once as total.
 #[derive(Debug)]
 pub(crate) struct FrameCosts<K> {
@@ -726,68 +715,4 @@ pub fn route_shares(t: &Tally) -> (f64, Vec<RouteShare>) {
         })
         .collect();
     (ratio(frame_total, t.total), out)
-}
-
-/// A frame whose share of CPU changed between two selections.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FrameChange {
-    /// Function name.
-    pub function: String,
-    /// Share of all CPU samples (inclusive) in the old selection.
-    pub old_share: f64,
-    /// Share in the new selection.
-    pub new_share: f64,
-}
-
-impl FrameChange {
-    /// `new_share - old_share`.
-    pub fn growth(&self) -> f64 {
-        self.new_share - self.old_share
-    }
-}
-
-/// CPU samples by function, inclusive (counted once per sample wherever it is on the stack),
-/// with the selection's CPU samples as the total: the mergeable input of [`diff_tallies`].
-pub fn cpu_by_frame(profiles: &[Profile], filter: &Filter) -> Tally {
-    let mut t = Tally::default();
-    let mut seen = FxHashSet::default();
-    for_each_sample(profiles, filter, |p, s| {
-        t.total += s.cpu_samples;
-        if s.cpu_samples == 0 {
-            return;
-        }
-        let functions = p.stack_frames(s.stack).map(|f| f.function.as_str());
-        distinct(&mut seen, functions, |f| t.add(f, s.cpu_samples));
-    });
-    t
-}
-
-/// Frames whose inclusive share of CPU grew by more than `threshold` (e.g. 0.02 = two points)
-/// from `old` to `new`, largest growth first.
-pub fn diff(profiles: &[Profile], old: &Filter, new: &Filter, threshold: f64) -> Vec<FrameChange> {
-    diff_tallies(
-        &cpu_by_frame(profiles, old),
-        &cpu_by_frame(profiles, new),
-        threshold,
-    )
-}
-
-/// [`diff`] from two [`cpu_by_frame`] tallies.
-pub fn diff_tallies(old: &Tally, new: &Tally, threshold: f64) -> Vec<FrameChange> {
-    let mut out: Vec<FrameChange> = new
-        .counts
-        .keys()
-        .map(|f| FrameChange {
-            function: f.clone(),
-            old_share: old.share(f),
-            new_share: new.share(f),
-        })
-        .filter(|c| c.growth() > threshold)
-        .collect();
-    out.sort_by(|x, y| {
-        y.growth()
-            .total_cmp(&x.growth())
-            .then(x.function.cmp(&y.function))
-    });
-    out
 }

@@ -4,23 +4,27 @@
 //!
 //! A [`WindowSummary`] keeps, per route, the wall and CPU samples, each frame's self and total
 //! wall samples, each function's inclusive CPU samples and the CPU samples by outermost frame.
-//! It answers [`report`](crate::query::report), [`cpu_by_frame`](crate::query::cpu_by_frame),
-//! [`frame_cpu_by_route`](crate::query::frame_cpu_by_route) and
-//! [`cpu_by_root_frame`](crate::query::cpu_by_root_frame) exactly as they answer from the [`Profile`], for filters that
+//! It answers [`report`](crate::store::query::report),
+//! [`cpu_by_frame`](crate::store::diff::cpu_by_frame),
+//! [`frame_cpu_by_route`](crate::store::query::frame_cpu_by_route) and
+//! [`cpu_by_root_frame`](crate::store::query::cpu_by_root_frame) exactly as they answer from
+//! the [`Profile`], for filters that
 //! name no span and no trace (those need the samples' span ids; the summary methods return
 //! `None` for them). The counting rules are shared with the queries, not copied.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::query::{distinct, Filter, FrameCosts, Report, Tally, WindowInfo};
-use crate::Profile;
+use span_profile_core::{Profile, WindowInfo};
+
+use crate::store::query::{distinct, Filter, FrameCosts, Report, Tally};
 
 /// One window, summarized by route. Strings are kept once in [`WindowSummary::strings`] and
 /// referenced by index; [`WindowSummary::string`] reads an index as `""` when it is out of
 /// range, so a summary built by hand or decoded from a damaged file cannot make a query panic.
 ///
 /// ```
-/// use span_profile_core::query::{report, Filter, WindowSummary};
+/// use span_profile_export::store::query::{report, Filter};
+/// use span_profile_export::store::summary::WindowSummary;
 /// # let p = span_profile_core::Profile::empty(Default::default(), 0, 60_000_000_000, 10_000_000);
 /// let summary = WindowSummary::from_profile(&p);
 /// let f = Filter::default().route("/checkout");
@@ -200,9 +204,14 @@ impl WindowSummary {
             let r = routes.entry(&s.route).or_default();
             r.wall += s.wall_samples;
             r.cpu += s.cpu_samples;
+            // `keys` has one entry per frame: an out-of-range index is skipped, as
+            // `Profile::stack_frames` skips it.
             let stack = || {
-                p.stack_frame_indices(s.stack)
-                    .filter_map(|f| keys.get(f).copied())
+                p.stacks
+                    .get(s.stack as usize)
+                    .map_or(&[][..], |st| st.frames.as_slice())
+                    .iter()
+                    .filter_map(|&f| keys.get(f as usize).copied())
             };
             r.frames.add_stack(stack(), s.wall_samples);
             if s.cpu_samples == 0 {
@@ -211,7 +220,7 @@ impl WindowSummary {
             distinct(&mut seen, stack().map(|(function, _)| function), |f| {
                 *r.function_cpu.entry(f).or_default() += s.cpu_samples;
             });
-            let root = stack().last().map_or(empty, |(function, _)| function);
+            let root = stack().next_back().map_or(empty, |(function, _)| function);
             *r.root_cpu.entry(root).or_default() += s.cpu_samples;
         }
         let mut names: Vec<&str> = routes.keys().copied().collect();
@@ -288,7 +297,7 @@ impl WindowSummary {
         }))
     }
 
-    /// [`crate::query::report`] of this window, or `None` for a filter with a span or a trace
+    /// [`crate::store::query::report`] of this window, or `None` for a filter with a span or a trace
     /// (or one that the summary's [`SummaryScope`] does not cover).
     pub fn report(&self, filter: &Filter) -> Option<Report> {
         let mut r = Report::default();
@@ -308,7 +317,7 @@ impl WindowSummary {
         Some(r)
     }
 
-    /// [`crate::query::cpu_by_frame`] of this window, or `None` for a filter with a span or a trace.
+    /// [`crate::store::diff::cpu_by_frame`] of this window, or `None` for a filter with a span or a trace.
     pub fn cpu_by_frame(&self, filter: &Filter) -> Option<Tally> {
         self.tally(filter, false, |t, route| {
             for &(f, n) in &route.function_cpu {
@@ -317,7 +326,7 @@ impl WindowSummary {
         })
     }
 
-    /// [`crate::query::frame_cpu_by_route`] of this window, or `None` for a filter with a span or a
+    /// [`crate::store::query::frame_cpu_by_route`] of this window, or `None` for a filter with a span or a
     /// trace.
     pub fn frame_cpu_by_route(&self, filter: &Filter, function: &str) -> Option<Tally> {
         self.tally(filter, true, |t, route| {
@@ -329,7 +338,7 @@ impl WindowSummary {
         })
     }
 
-    /// [`crate::query::cpu_by_root_frame`] of this window, or `None` for a filter with a span or a
+    /// [`crate::store::query::cpu_by_root_frame`] of this window, or `None` for a filter with a span or a
     /// trace.
     pub fn cpu_by_root_frame(&self, filter: &Filter) -> Option<Tally> {
         self.tally(filter, false, |t, route| {

@@ -1,0 +1,46 @@
+//! The read path: one home for everything that reads the file store back.
+//!
+//! - [`list`]: which stored windows can hold a selection, from their paths alone
+//!   ([`StoreFilter`], [`StoredFile`], [`StoreListing`]).
+//! - [`read`], [`read_window`], [`read_summary`]: decoding stored windows, and reading the
+//!   summary beside each one (ADR 0006); [`StoreError`] and [`SkippedFile`] say what could not
+//!   be read.
+//! - [`Store`]: the parallel fold over a store's windows, each window's summary first when the
+//!   question allows it ([`Store::fold_windows`], [`Store::stream_summarized`]).
+//! - [`select`], [`select_summarized`], [`span_windows`]: any selection answered, a span or a
+//!   trace in two passes (its span tables, then the windows of its time).
+//! - [`parse_rfc3339`], [`format_rfc3339`]: times as the store's users write and read them.
+//! - [`encode_summary`], [`decode_summary`], [`decode_summary_scoped`]: the summary sidecar's
+//!   binary form (its writer is [`FileStore::write`](crate::FileStore::write)).
+//!
+//! The questions, each over a slice of [`Profile`](span_profile_core::Profile)s however they
+//! were read, are modules of their own:
+//! - [`query`]: [`Filter`](query::Filter), reports, routes, the spans of some windows, and the
+//!   counting rules every answer shares;
+//! - [`diff`]: deploy-to-deploy diffs of CPU by function;
+//! - [`summary`]: [`WindowSummary`](summary::WindowSummary), a window's counts made when it is
+//!   written, which answers as [`query`] and [`diff`] do for selections without a span or trace.
+//!
+//! The writer of the store is [`FileStore`](crate::FileStore); both follow the same layout.
+
+pub mod diff;
+mod error;
+mod fold;
+mod list;
+pub mod query;
+mod read;
+mod sidecar;
+mod spans;
+pub mod summary;
+mod time;
+
+pub use error::{SkippedFile, StoreError};
+pub use fold::{QueryError, Store, Window};
+pub use list::{list, StoreFilter, StoreListing, StoredFile};
+pub use read::{read, read_summary, read_window, StoreRead};
+pub use sidecar::{
+    decode_summary, decode_summary_scoped, encode_summary, StoredSummary, SummaryError,
+    MAX_SUMMARY_LEN,
+};
+pub use spans::{select, select_summarized, span_windows};
+pub use time::{format_rfc3339, parse_rfc3339};
