@@ -148,11 +148,11 @@ impl HamtTypes {
     /// types cannot be told apart without them.
     pub fn current_process() -> Option<Self> {
         Some(Self {
-            context: super::walk::dlsym("PyContext_Type\0")?,
-            hamt: super::walk::dlsym("_PyHamt_Type\0")?,
-            bitmap: super::walk::dlsym("_PyHamt_BitmapNode_Type\0")?,
-            array: super::walk::dlsym("_PyHamt_ArrayNode_Type\0")?,
-            collision: super::walk::dlsym("_PyHamt_CollisionNode_Type\0")?,
+            context: super::target::dlsym("PyContext_Type\0")?,
+            hamt: super::target::dlsym("_PyHamt_Type\0")?,
+            bitmap: super::target::dlsym("_PyHamt_BitmapNode_Type\0")?,
+            array: super::target::dlsym("_PyHamt_ArrayNode_Type\0")?,
+            collision: super::target::dlsym("_PyHamt_CollisionNode_Type\0")?,
         })
     }
 }

@@ -55,6 +55,8 @@ mod linetable;
 mod memory;
 mod object_table;
 mod objects;
+mod stats;
+mod target;
 mod threads;
 mod walk;
 
@@ -75,7 +77,7 @@ pub use layout::{LayoutError, PythonVersion};
 pub use memory::{FakeMemory, MemoryReader, ProcessVmReader, ReadError, ReadExt, MAX_READ};
 pub use object_table::{Insert, SpanObjectTable, OBJECT_PROBE};
 pub use objects::TypeAddresses;
+pub use stats::{WalkerCounters, WalkerStats};
+pub use target::{find_runtime, SetupError, Target};
 pub use threads::{current_thread_id, ThreadRegistry, MAX_REGISTERED_THREADS, MAX_THREAD_NAME};
-pub use walk::{
-    find_runtime, PythonWalker, SetupError, Target, WalkerConfig, WalkerCounters, WalkerStats,
-};
+pub use walk::{PythonWalker, WalkerConfig};

@@ -7,7 +7,7 @@
 use super::layout::{FrameKind, Layout, LineTableKind, PythonVersion};
 use super::memory::FakeMemory;
 use super::objects::TypeAddresses;
-use super::walk::Target;
+use super::target::Target;
 
 /// A page of this process that no read may touch: an anonymous `PROT_NONE` mapping, reserved
 /// and leaked, so tests running in parallel cannot map something else there (as they could

@@ -1,7 +1,6 @@
 //! [`PythonWalker`]: walks every Python thread's stack by reading interpreter memory, without
 //! the GIL.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use span_profile_core::internal::XorShift;
@@ -17,103 +16,13 @@ use super::layout::{
     check_debug_offsets, FrameKind, Layout, LayoutError, PythonVersion, CONTEXT_VARS,
 };
 use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ProcessVmReader, ReadError};
-use super::objects::{type_matches, ObjectError, TypeAddresses};
+use super::objects::{type_matches, ObjectError};
+use super::stats::{bump, WalkerCounters};
+use super::target::{SetupError, Target};
 use super::threads::{
     tid_from_pthread, verify_pthread_tid_offset, NameBuf, StackCache, ThreadRegistry, WalkedStack,
     MAX_OUTSIDE,
 };
-
-/// Where the interpreter lives: what the caller must supply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Target {
-    /// The running interpreter's `sys.version_info[:2]`.
-    pub version: PythonVersion,
-    /// The address of `_PyRuntime` (see [`find_runtime`]).
-    pub runtime: u64,
-    /// The address of the (main) `PyInterpreterState` to walk, or 0 to follow
-    /// `_PyRuntime.interpreters.head` and every interpreter after it.
-    pub interpreter: u64,
-    /// Type objects used to validate reads (0 disables a check).
-    pub types: TypeAddresses,
-}
-
-impl Target {
-    /// The interpreter that this process runs: `_PyRuntime` and the type objects found with
-    /// `dlsym(RTLD_DEFAULT, ...)`. Requires libpython's symbols to be globally visible (true
-    /// for the `python` executable and for extension modules loaded into it).
-    pub fn current_process(version: PythonVersion) -> Result<Self, SetupError> {
-        let sym = |name: &'static str| dlsym(name).ok_or(SetupError::SymbolNotFound(name));
-        Ok(Self {
-            version,
-            runtime: sym("_PyRuntime\0")?,
-            interpreter: 0,
-            types: TypeAddresses {
-                code: sym("PyCode_Type\0")?,
-                unicode: sym("PyUnicode_Type\0")?,
-                bytes: sym("PyBytes_Type\0")?,
-                frame: sym("PyFrame_Type\0")?,
-            },
-        })
-    }
-}
-
-/// Looks a NUL-terminated symbol up in the global scope.
-pub(crate) fn dlsym(name: &'static str) -> Option<u64> {
-    if !name.ends_with('\0') {
-        return None;
-    }
-    // SAFETY: (1) `name` is a NUL-terminated static string. (2) RTLD_DEFAULT is a valid pseudo
-    // handle; dlsym only looks the name up and returns an address (or null), which we do not
-    // dereference here.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
-    (!p.is_null()).then_some(p as u64)
-}
-
-/// The address of `_PyRuntime` in this process, if libpython's symbols are visible.
-pub fn find_runtime() -> Option<u64> {
-    dlsym("_PyRuntime\0")
-}
-
-/// Why a walker could not be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SetupError {
-    /// `process_vm_readv` is unavailable (seccomp, permissions) or the runtime is unreadable.
-    Read(ReadError),
-    /// The version is unsupported or its layout disagrees with the interpreter's.
-    Layout(LayoutError),
-    /// A symbol the walker needs is not visible.
-    SymbolNotFound(&'static str),
-    /// `_PyRuntime` has no interpreter (not initialized, or the address is wrong).
-    NoInterpreter,
-}
-
-impl std::fmt::Display for SetupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Read(e) => write!(f, "cannot read interpreter memory: {e}"),
-            Self::Layout(e) => e.fmt(f),
-            Self::SymbolNotFound(s) => {
-                write!(f, "symbol {} not found", s.trim_end_matches('\0'))
-            }
-            Self::NoInterpreter => f.write_str("_PyRuntime has no interpreter"),
-        }
-    }
-}
-
-impl std::error::Error for SetupError {}
-
-impl From<ReadError> for SetupError {
-    fn from(e: ReadError) -> Self {
-        Self::Read(e)
-    }
-}
-
-impl From<LayoutError> for SetupError {
-    fn from(e: LayoutError) -> Self {
-        Self::Layout(e)
-    }
-}
 
 /// Caps and options of a [`PythonWalker`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,102 +94,6 @@ impl WalkerConfig {
     pub fn with_hidden_file_prefix(mut self, prefix: &'static str) -> Self {
         self.hidden_file_prefix = Some(prefix);
         self
-    }
-}
-
-/// Running totals of a walker, readable from any thread while it samples.
-///
-/// All counters use `Relaxed` ordering: each is an independent statistic, no other memory is
-/// published through them, and a reader only needs an eventually-current value.
-#[derive(Debug, Default)]
-pub struct WalkerCounters {
-    ticks: AtomicU64,
-    samples: AtomicU64,
-    frames: AtomicU64,
-    truncated: AtomicU64,
-    idle_threads: AtomicU64,
-    skipped_threads: AtomicU64,
-    invalid_reads: AtomicU64,
-    cycles: AtomicU64,
-    shim_frames: AtomicU64,
-    code_misses: AtomicU64,
-    code_replaced: AtomicU64,
-    code_cache_full: AtomicU64,
-    reused_stacks: AtomicU64,
-    stack_copies: AtomicU64,
-    frame_reads: AtomicU64,
-    direct_ticks: AtomicU64,
-}
-
-/// A snapshot of [`WalkerCounters`].
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WalkerStats {
-    /// `walk` calls.
-    pub ticks: u64,
-    /// Stacks reported.
-    pub samples: u64,
-    /// Frames reported.
-    pub frames: u64,
-    /// Stacks cut at the depth cap.
-    pub truncated: u64,
-    /// Threads with no Python frame (not reported).
-    pub idle_threads: u64,
-    /// Threads beyond the per-tick cap (reported as `WalkError::Skipped`).
-    pub skipped_threads: u64,
-    /// Threads or interpreters that failed a read or validation (`WalkError::InvalidRead`).
-    pub invalid_reads: u64,
-    /// Frame chains that looped back on themselves (also counted in `invalid_reads`).
-    pub cycles: u64,
-    /// C-stack shim frames skipped (3.12+).
-    pub shim_frames: u64,
-    /// Code objects resolved on first sight (warm-up work).
-    pub code_misses: u64,
-    /// Cached code addresses found holding a different code object.
-    pub code_replaced: u64,
-    /// Frames reported as `<unknown>` because the code cache was full.
-    pub code_cache_full: u64,
-    /// Samples of threads that had not run since their stack was copied, reported from the
-    /// walker's copy without reading frames (always off CPU).
-    pub reused_stacks: u64,
-    /// Thread frame stacks (3.11+ data stack chunks) copied in one read.
-    pub stack_copies: u64,
-    /// Frames read one by one (3.9/3.10 frame objects; on 3.11+ frames outside the copied data
-    /// stack: generators, coroutines, C-stack shims).
-    pub frame_reads: u64,
-    /// Ticks whose reads were guarded in-process copies; the other ticks read through
-    /// `process_vm_readv` (by choice, or because another fault handler replaced ours).
-    pub direct_ticks: u64,
-}
-
-impl WalkerCounters {
-    /// Current values.
-    pub fn snapshot(&self) -> WalkerStats {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        WalkerStats {
-            ticks: g(&self.ticks),
-            samples: g(&self.samples),
-            frames: g(&self.frames),
-            truncated: g(&self.truncated),
-            idle_threads: g(&self.idle_threads),
-            skipped_threads: g(&self.skipped_threads),
-            invalid_reads: g(&self.invalid_reads),
-            cycles: g(&self.cycles),
-            shim_frames: g(&self.shim_frames),
-            code_misses: g(&self.code_misses),
-            code_replaced: g(&self.code_replaced),
-            code_cache_full: g(&self.code_cache_full),
-            reused_stacks: g(&self.reused_stacks),
-            stack_copies: g(&self.stack_copies),
-            frame_reads: g(&self.frame_reads),
-            direct_ticks: g(&self.direct_ticks),
-        }
-    }
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    if n != 0 {
-        c.fetch_add(n, Ordering::Relaxed);
     }
 }
 
