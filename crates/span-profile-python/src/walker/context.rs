@@ -32,9 +32,8 @@ use super::layout::{
     OB_SIZE, OB_TYPE,
 };
 use super::memory::{field_u64, MemoryReader, ReadError};
+use super::namebuf::NameBuf;
 use super::object_table::SpanObjectTable;
-use super::threads::NameBuf;
-use super::walk::PythonWalker;
 
 /// `SlotData::magic` of a span slot ("SPANSLOT", little-endian).
 pub const SPAN_MAGIC: u64 = u64::from_le_bytes(*b"SPANSLOT");
@@ -1054,33 +1053,25 @@ impl ContextReader {
     pub(crate) fn task_name(&self) -> Option<&str> {
         self.has_task.then(|| self.task.as_str())
     }
-}
 
-impl<R: MemoryReader> PythonWalker<R> {
-    /// Reads each sampled thread's span (and asyncio task name) from the context running on
-    /// it (ADR 0011; the design is in `walker/context.rs`'s module docs). Samples whose context
-    /// cannot be read carry no span.
-    pub fn with_context(mut self, target: ContextTarget) -> Self {
-        self.ctx.target = Some(target);
-        self
+    /// Reads contexts as `target` describes ([`super::PythonWalker::with_context`]).
+    pub(crate) fn set_target(&mut self, target: ContextTarget) {
+        self.target = Some(target);
     }
 
-    /// The span-object table that [`OtelTarget`] lookups resolve span objects in (filled by
-    /// the span processor, by object address; it holds a reference to every object it lists,
-    /// so an address found there is that very span, alive).
-    pub fn with_span_objects(mut self, table: Arc<SpanObjectTable>) -> Self {
-        self.ctx.span_objects = Some(table);
-        self
+    /// Resolves span objects in `table` ([`super::PythonWalker::with_span_objects`]).
+    pub(crate) fn set_span_objects(&mut self, table: Arc<SpanObjectTable>) {
+        self.span_objects = Some(table);
     }
 
-    /// The task-name table the task factory fills; clone it to share.
-    pub fn task_names(&self) -> &TaskNames {
-        &self.ctx.names
+    /// The task-name table the task factory fills.
+    pub(crate) fn names(&self) -> &TaskNames {
+        &self.names
     }
 
     /// Counters of context reads.
-    pub fn context_counters(&self) -> &Arc<ContextCounters> {
-        &self.ctx.counters
+    pub(crate) fn counters(&self) -> &Arc<ContextCounters> {
+        &self.counters
     }
 }
 

@@ -9,18 +9,20 @@ use span_profile_core::{
 };
 
 use super::code::{CodeCache, CopyLimits, HeaderCheck, Resolved, UNKNOWN_CODE_ID};
-use super::context::ContextReader;
+use super::context::{ContextCounters, ContextReader, ContextTarget, TaskNames};
 use super::cpu::{cpu_time_ns, monotonic_ns, CpuTimeSource, CpuTracker};
 use super::guarded::{GuardedReader, ReadMode};
 use super::layout::{
     check_debug_offsets, FrameKind, Layout, LayoutError, PythonVersion, CONTEXT_VARS,
 };
 use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ProcessVmReader, ReadError};
+use super::namebuf::NameBuf;
+use super::object_table::SpanObjectTable;
 use super::objects::{type_matches, ObjectError};
 use super::stats::{bump, WalkerCounters};
 use super::target::{SetupError, Target};
 use super::threads::{
-    tid_from_pthread, verify_pthread_tid_offset, NameBuf, StackCache, ThreadRegistry, WalkedStack,
+    tid_from_pthread, verify_pthread_tid_offset, StackCache, ThreadRegistry, WalkedStack,
     MAX_OUTSIDE,
 };
 
@@ -354,6 +356,32 @@ impl<R: MemoryReader> PythonWalker<R> {
     /// Distinct code objects resolved so far.
     pub fn code_cache_len(&self) -> usize {
         self.cache.len()
+    }
+
+    /// Reads each sampled thread's span (and asyncio task name) from the context running on
+    /// it (ADR 0011; the design is in `walker/context.rs`'s module docs). Samples whose context
+    /// cannot be read carry no span.
+    pub fn with_context(mut self, target: ContextTarget) -> Self {
+        self.ctx.set_target(target);
+        self
+    }
+
+    /// The span-object table that [`OtelTarget`](super::OtelTarget) lookups resolve span
+    /// objects in (filled by the span processor, by object address; it holds a reference to
+    /// every object it lists, so an address found there is that very span, alive).
+    pub fn with_span_objects(mut self, table: Arc<SpanObjectTable>) -> Self {
+        self.ctx.set_span_objects(table);
+        self
+    }
+
+    /// The task-name table the task factory fills; clone it to share.
+    pub fn task_names(&self) -> &TaskNames {
+        self.ctx.names()
+    }
+
+    /// Counters of context reads.
+    pub fn context_counters(&self) -> &Arc<ContextCounters> {
+        self.ctx.counters()
     }
 
     fn fail(&self, sink: &mut dyn StackSink, f: ThreadFailure) {
