@@ -359,7 +359,7 @@ impl<R: MemoryReader> PythonWalker<R> {
     }
 
     /// Reads each sampled thread's span (and asyncio task name) from the context running on
-    /// it (ADR 0011; the design is in `walker/context.rs`'s module docs). Samples whose context
+    /// it (ADR 0011; the design is in `walker/context/`'s module docs). Samples whose context
     /// cannot be read carry no span.
     pub fn with_context(mut self, target: ContextTarget) -> Self {
         self.ctx.set_target(target);
