@@ -2,7 +2,7 @@
 //! [`super::cpu`]) are copied into on the sampling path, without allocating.
 
 /// Longest thread name kept (bytes, cut at a character boundary).
-pub const MAX_THREAD_NAME: usize = 64;
+pub(crate) const MAX_THREAD_NAME: usize = 64;
 
 /// A fixed-capacity string buffer for a thread name.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use super::namebuf::{NameBuf, MAX_THREAD_NAME};
 
 /// Most threads the registry remembers; later registrations are ignored until some are
 /// forgotten.
-pub const MAX_REGISTERED_THREADS: usize = 4096;
+pub(crate) const MAX_REGISTERED_THREADS: usize = 4096;
 
 #[derive(Debug, Default)]
 struct ThreadInfo {

@@ -35,13 +35,13 @@ pub(super) const DICT_VALUES: usize = 40;
 /// Bytes read of a dict object and of its keys object's header.
 pub(super) const DICT_HEAD: usize = 48;
 /// Most entries scanned in a context dict (OpenTelemetry contexts hold a handful of keys).
-pub const MAX_CONTEXT_ENTRIES: u64 = 32;
+pub(crate) const MAX_CONTEXT_ENTRIES: u64 = 32;
 
 /// The value stored under `key` (an object address, compared by identity) in the combined
 /// `dict` whose first `DICT_HEAD` bytes are `head`, by a scan of its entries. `Ok(None)`:
 /// not there. A split table, an implausible size or more than [`MAX_CONTEXT_ENTRIES`] entries
 /// is [`ContextError::Invalid`].
-pub fn dict_find(
+pub(crate) fn dict_find(
     reader: &dyn MemoryReader,
     layout: DictLayout,
     head: &[u8],

@@ -107,7 +107,7 @@ impl HamtTypes {
 
 /// `hamt_hash` of Python/hamt.c: the 64-bit `Py_hash_t` folded to 32 bits by XOR, with -1
 /// mapped to -2.
-pub fn hamt_hash(py_hash: i64) -> i32 {
+pub(crate) fn hamt_hash(py_hash: i64) -> i32 {
     let folded = (py_hash as i32) ^ ((py_hash >> 32) as i32);
     if folded == -1 {
         -2
@@ -127,7 +127,7 @@ const NODE_READ: usize = HAMT_BITMAP_ARRAY + 8 * 16;
 /// Looks `key` (an object address, compared by identity as ContextVars are) up in the HAMT
 /// whose root node is `node`; `hash` is [`hamt_hash`] of the key. Returns the value's address.
 /// Node types are told apart by `types`, which must all be known (non-zero).
-pub fn hamt_find(
+pub(crate) fn hamt_find(
     reader: &dyn MemoryReader,
     types: &HamtTypes,
     mut node: u64,

@@ -32,11 +32,9 @@ mod slot;
 #[cfg(test)]
 mod tests;
 
-pub use dict::{dict_find, otel_span_object, DictLayout, OtelTarget, MAX_CONTEXT_ENTRIES};
+pub use dict::{otel_span_object, DictLayout, OtelTarget};
 pub use error::ContextError;
-pub use hamt::{hamt_find, hamt_hash, HamtTypes};
-pub use reader::{ContextCounters, ContextSpan, ContextStats, ContextTarget};
+pub use hamt::HamtTypes;
+pub use reader::{ContextCounters, ContextStats, ContextTarget};
 pub(crate) use reader::{ContextReader, Resolution};
-pub use slot::{
-    SlotData, SlotVar, TaskNames, MAX_TASK_NAMES, OTHER_TASK, SLOT_SIZE, SPAN_MAGIC, TASK_MAGIC,
-};
+pub use slot::{SlotData, SlotVar, TaskNames};

@@ -99,7 +99,7 @@ fn type_ok(expected: u64, actual: u64) -> bool {
 
 /// What one context lookup found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContextSpan {
+pub(crate) enum ContextSpan {
     /// The context could not be read (or context reading is off): the sample has no span.
     Unknown,
     /// The span current in the running context (`None`: no span).

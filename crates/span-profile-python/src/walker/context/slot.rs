@@ -15,16 +15,16 @@ use crate::walker::memory::{field_u64, MemoryReader};
 use crate::walker::namebuf::NameBuf;
 
 /// `SlotData::magic` of a span slot ("SPANSLOT", little-endian).
-pub const SPAN_MAGIC: u64 = u64::from_le_bytes(*b"SPANSLOT");
+pub(crate) const SPAN_MAGIC: u64 = u64::from_le_bytes(*b"SPANSLOT");
 /// `SlotData::magic` of a task tag ("TASK_TAG").
-pub const TASK_MAGIC: u64 = u64::from_le_bytes(*b"TASK_TAG");
+pub(crate) const TASK_MAGIC: u64 = u64::from_le_bytes(*b"TASK_TAG");
 
 /// What a `span_profile` slot object carries, `#[repr(C)]` at a fixed offset inside the Python
 /// object (measured by the module when it builds the walker).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SlotData {
-    /// [`SPAN_MAGIC`] or [`TASK_MAGIC`]; anything else is not ours.
+    /// `SPAN_MAGIC` or `TASK_MAGIC`; anything else is not ours.
     pub magic: u64,
     /// High and low halves of the trace id.
     pub trace_hi: u64,
@@ -41,7 +41,7 @@ pub struct SlotData {
 }
 
 /// Bytes of [`SlotData`].
-pub const SLOT_SIZE: usize = std::mem::size_of::<SlotData>();
+pub(crate) const SLOT_SIZE: usize = std::mem::size_of::<SlotData>();
 
 impl SlotData {
     /// The slot of an active span.
@@ -153,9 +153,9 @@ pub(super) fn read_slot(
 }
 
 /// Most task names remembered; later names fold into [`OTHER_TASK`].
-pub const MAX_TASK_NAMES: usize = 256;
+pub(crate) const MAX_TASK_NAMES: usize = 256;
 /// The name reported for tasks whose name was not registered or did not fit.
-pub const OTHER_TASK: &str = "Task";
+pub(crate) const OTHER_TASK: &str = "Task";
 
 /// Task names by id, registered by the Python task factory (low cardinality: default
 /// `Task-N` names are folded before they get here). The walker only `try_lock`s it.
@@ -165,8 +165,8 @@ pub struct TaskNames {
 }
 
 impl TaskNames {
-    /// The id of `name`, registering it if new; `0` (reported as [`OTHER_TASK`]) once
-    /// [`MAX_TASK_NAMES`] names exist.
+    /// The id of `name`, registering it if new; `0` (reported as `OTHER_TASK`) once
+    /// `MAX_TASK_NAMES` names exist.
     pub fn intern(&self, name: &str) -> u32 {
         let mut names = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(i) = names.iter().position(|n| &**n == name) {

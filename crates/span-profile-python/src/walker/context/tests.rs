@@ -6,7 +6,10 @@ use std::sync::Arc;
 use span_profile_core::labels::LabelId;
 use span_profile_core::{ActiveSpan, SpanContext, SpanId, TraceId};
 
-use super::dict::{DICT_HEAD, DICT_KEYS, DICT_VALUES};
+use super::dict::{dict_find, DICT_HEAD, DICT_KEYS, DICT_VALUES, MAX_CONTEXT_ENTRIES};
+use super::hamt::{hamt_find, hamt_hash};
+use super::reader::ContextSpan;
+use super::slot::{MAX_TASK_NAMES, OTHER_TASK};
 use super::*;
 use crate::walker::layout::{tstate_context, PythonVersion, CONTEXT_VARS};
 use crate::walker::memory::{field_u64, FakeMemory, MemoryReader};
