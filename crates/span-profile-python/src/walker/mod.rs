@@ -49,6 +49,7 @@
 mod code;
 mod context;
 mod cpu;
+mod frames;
 mod guarded;
 mod layout;
 mod linetable;
