@@ -10,8 +10,8 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-use span_profile::walker::testing::forbidden_page;
-use span_profile::walker::{GuardedReader, MemoryReader, ReadExt, ReadMode};
+use span_profile::walker::testing::{forbidden_page, ReadExt};
+use span_profile::walker::{GuardedReader, MemoryReader, ReadMode};
 
 fn run_child(case: &str) -> std::process::ExitStatus {
     let exe = std::env::current_exe().expect("test binary path");

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use super::threads::NameBuf;
+use super::namebuf::NameBuf;
 
 /// Where per-thread CPU time comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

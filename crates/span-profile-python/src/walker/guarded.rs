@@ -399,8 +399,8 @@ mod guard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::walker::memory::ReadExt;
     use crate::walker::testing::forbidden_page;
-    use crate::walker::ReadExt;
 
     /// Two pages, readable then forbidden: returns the readable one.
     fn readable_then_forbidden() -> u64 {

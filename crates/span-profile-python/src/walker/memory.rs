@@ -49,7 +49,7 @@ impl std::error::Error for ReadError {}
 
 /// The largest single read any reader accepts; the walker never needs more than this at once
 /// (line tables and strings are capped well below).
-pub const MAX_READ: usize = 1 << 20;
+pub(crate) const MAX_READ: usize = 1 << 20;
 
 /// Reads bytes of the interpreter's address space.
 ///

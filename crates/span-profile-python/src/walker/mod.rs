@@ -4,7 +4,7 @@
 //!
 //! - [`MemoryReader`]: how memory is read; [`GuardedReader`] in production (guarded copies,
 //!   `process_vm_readv` when the guard is not in place, ADR 0009), [`ProcessVmReader`] for
-//!   other processes, [`FakeMemory`] in tests and fuzzing.
+//!   other processes, `testing::FakeMemory` in tests and fuzzing.
 //! - [`PythonWalker`]: implements [`span_profile_core::StackWalker`] for CPython 3.9–3.13 (GIL
 //!   builds, x86_64 Linux). Build it in-process with [`PythonWalker::for_current_process`], or
 //!   from a [`Target`] (the `_PyRuntime` address and type-object addresses) and any reader.
@@ -49,12 +49,16 @@
 mod code;
 mod context;
 mod cpu;
+mod frames;
 mod guarded;
 mod layout;
 mod linetable;
 mod memory;
+mod namebuf;
 mod object_table;
 mod objects;
+mod stats;
+mod target;
 mod threads;
 mod walk;
 
@@ -65,17 +69,16 @@ mod tests;
 pub mod testing;
 
 pub use context::{
-    dict_find, hamt_find, hamt_hash, otel_span_object, ContextCounters, ContextError, ContextSpan,
-    ContextStats, ContextTarget, DictLayout, HamtTypes, OtelTarget, SlotData, SlotVar, TaskNames,
-    MAX_CONTEXT_ENTRIES, MAX_TASK_NAMES, OTHER_TASK, SLOT_SIZE, SPAN_MAGIC, TASK_MAGIC,
+    otel_span_object, ContextCounters, ContextError, ContextStats, ContextTarget, DictLayout,
+    HamtTypes, OtelTarget, SlotData, SlotVar, TaskNames,
 };
 pub use cpu::CpuTimeSource;
 pub use guarded::{GuardedReader, ReadMode};
 pub use layout::{LayoutError, PythonVersion};
-pub use memory::{FakeMemory, MemoryReader, ProcessVmReader, ReadError, ReadExt, MAX_READ};
+pub use memory::{MemoryReader, ProcessVmReader, ReadError};
 pub use object_table::{Insert, SpanObjectTable, OBJECT_PROBE};
 pub use objects::TypeAddresses;
-pub use threads::{current_thread_id, ThreadRegistry, MAX_REGISTERED_THREADS, MAX_THREAD_NAME};
-pub use walk::{
-    find_runtime, PythonWalker, SetupError, Target, WalkerConfig, WalkerCounters, WalkerStats,
-};
+pub use stats::{WalkerCounters, WalkerStats};
+pub use target::{find_runtime, SetupError, Target};
+pub use threads::{current_thread_id, ThreadRegistry};
+pub use walk::{PythonWalker, WalkerConfig};

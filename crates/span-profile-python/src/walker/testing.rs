@@ -2,12 +2,15 @@
 //! interpreter, thread states, frames, code objects, strings and line tables laid out exactly
 //! as the given CPython version would, inside a [`FakeMemory`].
 //!
-//! Not part of the stable API.
+//! Not part of the stable API. The test-only memory types are reached from here:
+//! [`FakeMemory`], an address space of byte regions, and [`ReadExt`], typed reads on any
+//! reader.
+
+pub use super::memory::{FakeMemory, ReadExt};
 
 use super::layout::{FrameKind, Layout, LineTableKind, PythonVersion};
-use super::memory::FakeMemory;
 use super::objects::TypeAddresses;
-use super::walk::Target;
+use super::target::Target;
 
 /// A page of this process that no read may touch: an anonymous `PROT_NONE` mapping, reserved
 /// and leaked, so tests running in parallel cannot map something else there (as they could

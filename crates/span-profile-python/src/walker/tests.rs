@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use span_profile_core::{Frame, StackWalker, WalkError};
 
-use super::testing::{Collected, FakeFrame, ImageBuilder};
-use super::{CpuTimeSource, FakeMemory, PythonVersion, PythonWalker, SetupError, WalkerConfig};
+use super::testing::{Collected, FakeFrame, FakeMemory, ImageBuilder};
+use super::{CpuTimeSource, PythonVersion, PythonWalker, SetupError, WalkerConfig};
 
 fn versions() -> impl Iterator<Item = PythonVersion> {
     (9..=13).map(|m| PythonVersion::new(3, m))

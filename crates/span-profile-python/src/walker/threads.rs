@@ -13,12 +13,11 @@ use span_profile_core::RawFrame;
 
 use super::code::AddrHasher;
 use super::memory::{MemoryReader, ReadError};
+use super::namebuf::{NameBuf, MAX_THREAD_NAME};
 
-/// Longest thread name kept (bytes, cut at a character boundary).
-pub const MAX_THREAD_NAME: usize = 64;
 /// Most threads the registry remembers; later registrations are ignored until some are
 /// forgotten.
-pub const MAX_REGISTERED_THREADS: usize = 4096;
+pub(crate) const MAX_REGISTERED_THREADS: usize = 4096;
 
 #[derive(Debug, Default)]
 struct ThreadInfo {
@@ -129,49 +128,6 @@ impl ThreadRegistry {
 /// With one attempt, a pool thread starting while the others were sampled got samples
 /// labelled `Thread-<id>` (test_thread_pool.py failed so on CPython 3.9 in CI).
 const LOOKUP_ATTEMPTS: usize = 64;
-
-/// A fixed-capacity string buffer for a thread name.
-#[derive(Debug)]
-pub(crate) struct NameBuf {
-    bytes: [u8; MAX_THREAD_NAME],
-    len: usize,
-}
-
-impl NameBuf {
-    pub(crate) const fn new() -> Self {
-        Self {
-            bytes: [0; MAX_THREAD_NAME],
-            len: 0,
-        }
-    }
-    pub(crate) fn clear(&mut self) {
-        self.len = 0;
-    }
-    /// Appends as much of `s` as fits, cut at a character boundary.
-    pub(crate) fn push_str(&mut self, s: &str) {
-        let room = MAX_THREAD_NAME - self.len;
-        let mut end = s.len().min(room);
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        let src = s.as_bytes().get(..end).unwrap_or_default();
-        if let Some(dst) = self.bytes.get_mut(self.len..self.len + end) {
-            dst.copy_from_slice(src);
-            self.len += end;
-        }
-    }
-    pub(crate) fn as_str(&self) -> &str {
-        // Only whole characters of valid `str`s are ever copied in.
-        std::str::from_utf8(self.bytes.get(..self.len).unwrap_or_default()).unwrap_or("")
-    }
-}
-
-impl std::fmt::Write for NameBuf {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.push_str(s);
-        Ok(())
-    }
-}
 
 /// Offset of `tid` inside glibc's `struct pthread` on x86_64 (`pthread_t` is its address).
 /// Used only after [`verify_pthread_tid_offset`] confirmed it on the calling thread, and only

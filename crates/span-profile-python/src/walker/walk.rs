@@ -1,7 +1,6 @@
 //! [`PythonWalker`]: walks every Python thread's stack by reading interpreter memory, without
 //! the GIL.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use span_profile_core::internal::XorShift;
@@ -9,111 +8,20 @@ use span_profile_core::{
     ExecutionKey, Frame, RawFrame, RawSample, SpanSource, StackSink, StackWalker, WalkError,
 };
 
-use super::code::{CodeCache, CopyLimits, HeaderCheck, Resolved, UNKNOWN_CODE_ID};
-use super::context::ContextReader;
+use super::code::{CodeCache, CopyLimits};
+use super::context::{ContextCounters, ContextReader, ContextTarget, TaskNames};
 use super::cpu::{cpu_time_ns, monotonic_ns, CpuTimeSource, CpuTracker};
+use super::frames::{FrameSource, FrameWalk, ThreadFailure};
 use super::guarded::{GuardedReader, ReadMode};
-use super::layout::{
-    check_debug_offsets, FrameKind, Layout, LayoutError, PythonVersion, CONTEXT_VARS,
-};
-use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ProcessVmReader, ReadError};
-use super::objects::{type_matches, ObjectError, TypeAddresses};
+use super::layout::{check_debug_offsets, Layout, LayoutError, PythonVersion, CONTEXT_VARS};
+use super::memory::{field_u64, MemoryReader, ProcessVmReader, ReadError};
+use super::namebuf::NameBuf;
+use super::object_table::SpanObjectTable;
+use super::stats::{bump, WalkerCounters};
+use super::target::{SetupError, Target};
 use super::threads::{
-    tid_from_pthread, verify_pthread_tid_offset, NameBuf, StackCache, ThreadRegistry, WalkedStack,
-    MAX_OUTSIDE,
+    tid_from_pthread, verify_pthread_tid_offset, StackCache, ThreadRegistry, WalkedStack,
 };
-
-/// Where the interpreter lives: what the caller must supply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Target {
-    /// The running interpreter's `sys.version_info[:2]`.
-    pub version: PythonVersion,
-    /// The address of `_PyRuntime` (see [`find_runtime`]).
-    pub runtime: u64,
-    /// The address of the (main) `PyInterpreterState` to walk, or 0 to follow
-    /// `_PyRuntime.interpreters.head` and every interpreter after it.
-    pub interpreter: u64,
-    /// Type objects used to validate reads (0 disables a check).
-    pub types: TypeAddresses,
-}
-
-impl Target {
-    /// The interpreter that this process runs: `_PyRuntime` and the type objects found with
-    /// `dlsym(RTLD_DEFAULT, ...)`. Requires libpython's symbols to be globally visible (true
-    /// for the `python` executable and for extension modules loaded into it).
-    pub fn current_process(version: PythonVersion) -> Result<Self, SetupError> {
-        let sym = |name: &'static str| dlsym(name).ok_or(SetupError::SymbolNotFound(name));
-        Ok(Self {
-            version,
-            runtime: sym("_PyRuntime\0")?,
-            interpreter: 0,
-            types: TypeAddresses {
-                code: sym("PyCode_Type\0")?,
-                unicode: sym("PyUnicode_Type\0")?,
-                bytes: sym("PyBytes_Type\0")?,
-                frame: sym("PyFrame_Type\0")?,
-            },
-        })
-    }
-}
-
-/// Looks a NUL-terminated symbol up in the global scope.
-pub(crate) fn dlsym(name: &'static str) -> Option<u64> {
-    if !name.ends_with('\0') {
-        return None;
-    }
-    // SAFETY: (1) `name` is a NUL-terminated static string. (2) RTLD_DEFAULT is a valid pseudo
-    // handle; dlsym only looks the name up and returns an address (or null), which we do not
-    // dereference here.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
-    (!p.is_null()).then_some(p as u64)
-}
-
-/// The address of `_PyRuntime` in this process, if libpython's symbols are visible.
-pub fn find_runtime() -> Option<u64> {
-    dlsym("_PyRuntime\0")
-}
-
-/// Why a walker could not be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SetupError {
-    /// `process_vm_readv` is unavailable (seccomp, permissions) or the runtime is unreadable.
-    Read(ReadError),
-    /// The version is unsupported or its layout disagrees with the interpreter's.
-    Layout(LayoutError),
-    /// A symbol the walker needs is not visible.
-    SymbolNotFound(&'static str),
-    /// `_PyRuntime` has no interpreter (not initialized, or the address is wrong).
-    NoInterpreter,
-}
-
-impl std::fmt::Display for SetupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Read(e) => write!(f, "cannot read interpreter memory: {e}"),
-            Self::Layout(e) => e.fmt(f),
-            Self::SymbolNotFound(s) => {
-                write!(f, "symbol {} not found", s.trim_end_matches('\0'))
-            }
-            Self::NoInterpreter => f.write_str("_PyRuntime has no interpreter"),
-        }
-    }
-}
-
-impl std::error::Error for SetupError {}
-
-impl From<ReadError> for SetupError {
-    fn from(e: ReadError) -> Self {
-        Self::Read(e)
-    }
-}
-
-impl From<LayoutError> for SetupError {
-    fn from(e: LayoutError) -> Self {
-        Self::Layout(e)
-    }
-}
 
 /// Caps and options of a [`PythonWalker`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,126 +96,19 @@ impl WalkerConfig {
     }
 }
 
-/// Running totals of a walker, readable from any thread while it samples.
-///
-/// All counters use `Relaxed` ordering: each is an independent statistic, no other memory is
-/// published through them, and a reader only needs an eventually-current value.
-#[derive(Debug, Default)]
-pub struct WalkerCounters {
-    ticks: AtomicU64,
-    samples: AtomicU64,
-    frames: AtomicU64,
-    truncated: AtomicU64,
-    idle_threads: AtomicU64,
-    skipped_threads: AtomicU64,
-    invalid_reads: AtomicU64,
-    cycles: AtomicU64,
-    shim_frames: AtomicU64,
-    code_misses: AtomicU64,
-    code_replaced: AtomicU64,
-    code_cache_full: AtomicU64,
-    reused_stacks: AtomicU64,
-    stack_copies: AtomicU64,
-    frame_reads: AtomicU64,
-    direct_ticks: AtomicU64,
-}
-
-/// A snapshot of [`WalkerCounters`].
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WalkerStats {
-    /// `walk` calls.
-    pub ticks: u64,
-    /// Stacks reported.
-    pub samples: u64,
-    /// Frames reported.
-    pub frames: u64,
-    /// Stacks cut at the depth cap.
-    pub truncated: u64,
-    /// Threads with no Python frame (not reported).
-    pub idle_threads: u64,
-    /// Threads beyond the per-tick cap (reported as `WalkError::Skipped`).
-    pub skipped_threads: u64,
-    /// Threads or interpreters that failed a read or validation (`WalkError::InvalidRead`).
-    pub invalid_reads: u64,
-    /// Frame chains that looped back on themselves (also counted in `invalid_reads`).
-    pub cycles: u64,
-    /// C-stack shim frames skipped (3.12+).
-    pub shim_frames: u64,
-    /// Code objects resolved on first sight (warm-up work).
-    pub code_misses: u64,
-    /// Cached code addresses found holding a different code object.
-    pub code_replaced: u64,
-    /// Frames reported as `<unknown>` because the code cache was full.
-    pub code_cache_full: u64,
-    /// Samples of threads that had not run since their stack was copied, reported from the
-    /// walker's copy without reading frames (always off CPU).
-    pub reused_stacks: u64,
-    /// Thread frame stacks (3.11+ data stack chunks) copied in one read.
-    pub stack_copies: u64,
-    /// Frames read one by one (3.9/3.10 frame objects; on 3.11+ frames outside the copied data
-    /// stack: generators, coroutines, C-stack shims).
-    pub frame_reads: u64,
-    /// Ticks whose reads were guarded in-process copies; the other ticks read through
-    /// `process_vm_readv` (by choice, or because another fault handler replaced ours).
-    pub direct_ticks: u64,
-}
-
-impl WalkerCounters {
-    /// Current values.
-    pub fn snapshot(&self) -> WalkerStats {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        WalkerStats {
-            ticks: g(&self.ticks),
-            samples: g(&self.samples),
-            frames: g(&self.frames),
-            truncated: g(&self.truncated),
-            idle_threads: g(&self.idle_threads),
-            skipped_threads: g(&self.skipped_threads),
-            invalid_reads: g(&self.invalid_reads),
-            cycles: g(&self.cycles),
-            shim_frames: g(&self.shim_frames),
-            code_misses: g(&self.code_misses),
-            code_replaced: g(&self.code_replaced),
-            code_cache_full: g(&self.code_cache_full),
-            reused_stacks: g(&self.reused_stacks),
-            stack_copies: g(&self.stack_copies),
-            frame_reads: g(&self.frame_reads),
-            direct_ticks: g(&self.direct_ticks),
-        }
-    }
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    if n != 0 {
-        c.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
 /// Most threads listed per interpreter list walk (the reservoir draws from these); threads past
 /// it are neither walked nor counted.
 const MAX_LISTED: usize = 8192;
 /// How many skipped threads are reported one by one past the cap.
 const MAX_SKIPPED_COUNTED: usize = 1024;
-/// Largest struct copy (frame, code header).
-const BUF: usize = 256;
 /// A thread that used less than 1/this of the time since the previous tick is not asked
 /// whether it runs now: its CPU stays with its sample (see `walk_thread`).
 const MIN_CPU_SHARE_ASKED: u64 = 32;
-/// Bytes set aside up front for the content comparisons of one stack (it grows if needed).
-const COMPARE_BUF: usize = 16 * 1024;
 /// Largest thread-state copy (3.11's data-stack fields end at 312).
 const TSTATE_BUF: usize = 512;
 
 /// Most thread states read in one batched listing (the rest are read one by one).
 const MAX_BATCH_LISTED: usize = 1024;
-/// Most bytes of a thread's live data stack copied per walk (the innermost frames; frames below
-/// are read one by one).
-const STACK_COPY: usize = 64 * 1024;
-/// `sizeof(_PyStackChunk)` header before `data[]`: previous, size, top.
-const CHUNK_HEADER: u64 = 24;
-/// `_PyStackChunk.size` (bytes, header included).
-const CHUNK_SIZE: usize = 8;
 
 /// One thread found in the thread list this tick.
 #[derive(Debug, Clone, Copy, Default)]
@@ -319,32 +120,6 @@ struct ThreadRef {
     /// `datastack_chunk` / `datastack_top` (3.11+; 0 otherwise).
     chunk: u64,
     top: u64,
-}
-
-/// One frame collected before its code object is resolved.
-#[derive(Debug, Clone, Copy, Default)]
-struct FrameSlot {
-    code: u64,
-    lasti: i64,
-    line: Option<u32>,
-}
-
-/// Why one thread's walk stopped early.
-enum ThreadFailure {
-    Invalid,
-    Cycle,
-}
-
-impl From<ReadError> for ThreadFailure {
-    fn from(_: ReadError) -> Self {
-        Self::Invalid
-    }
-}
-
-impl From<ObjectError> for ThreadFailure {
-    fn from(_: ObjectError) -> Self {
-        Self::Invalid
-    }
 }
 
 /// Walks the Python threads of one CPython interpreter (3.9–3.13, GIL builds, x86_64 Linux) by
@@ -360,7 +135,6 @@ pub struct PythonWalker<R> {
     counters: Arc<WalkerCounters>,
     cpu: CpuTracker,
     pthread_tid_ok: bool,
-    frames: Vec<RawFrame>,
     name: NameBuf,
     /// The running context's span and task (`super::context`).
     pub(crate) ctx: ContextReader,
@@ -375,29 +149,9 @@ pub struct PythonWalker<R> {
     /// The batched copies of `listed`, `tstate_read_size()` bytes each, and which succeeded.
     listed_buf: Vec<u8>,
     listed_ok: Vec<bool>,
-    /// Frames of the thread being walked, before their code objects are resolved.
-    slots: Vec<FrameSlot>,
-    /// Code-object addresses, header copies and read results of those frames (batched read).
-    code_addrs: Vec<u64>,
-    code_bufs: Vec<u8>,
-    code_ok: Vec<bool>,
-    /// Entries whose content is compared this walk, the reads that compare them (three per
-    /// entry), the bytes read and the reads' results (one batched read).
-    compare: Vec<u32>,
-    compare_reads: Vec<(u64, usize)>,
-    compare_buf: Vec<u8>,
-    compare_ok: Vec<bool>,
-    /// The copy of the walked thread's live data stack.
-    stack_buf: Vec<u8>,
+    /// The buffers of the frame walk of the thread being walked (`super::frames`).
+    frame_walk: FrameWalk,
     stacks: StackCache,
-    /// Frames expected outside the data stack (from the thread's last walk), read together
-    /// up front, and the ones actually read one by one in this walk.
-    prefetch_addrs: [u64; MAX_OUTSIDE],
-    prefetch_n: usize,
-    prefetch_buf: Vec<u8>,
-    prefetch_ok: [bool; MAX_OUTSIDE],
-    outside: [u64; MAX_OUTSIDE],
-    outside_n: usize,
     /// The reservoir's and the weights' randomness.
     rng: XorShift,
     tick: u64,
@@ -478,7 +232,6 @@ impl<R: MemoryReader> PythonWalker<R> {
             // theirs, and are charged what they used in between on their next sample.
             cpu: CpuTracker::new(config.max_threads.saturating_mul(4)),
             pthread_tid_ok,
-            frames: Vec::with_capacity(config.max_depth),
             name: NameBuf::new(),
             ctx: ContextReader::new(layout.version),
             chosen: Vec::with_capacity(config.max_threads),
@@ -486,31 +239,8 @@ impl<R: MemoryReader> PythonWalker<R> {
             listing: Vec::new(),
             listed_buf: Vec::new(),
             listed_ok: Vec::new(),
-            slots: Vec::with_capacity(config.max_depth),
-            code_addrs: Vec::with_capacity(config.max_depth),
-            code_bufs: vec![
-                0;
-                config
-                    .max_depth
-                    .saturating_mul(layout.code_read_size().min(BUF))
-            ],
-            code_ok: vec![false; config.max_depth],
-            compare: Vec::with_capacity(config.max_depth),
-            compare_reads: Vec::with_capacity(3 * config.max_depth),
-            compare_buf: Vec::with_capacity(COMPARE_BUF),
-            compare_ok: vec![false; 3 * config.max_depth],
-            stack_buf: if layout.tstate_datastack.is_some() {
-                vec![0; STACK_COPY]
-            } else {
-                Vec::new()
-            },
+            frame_walk: FrameWalk::new(layout, config.max_depth),
             stacks: StackCache::new(config.max_threads.saturating_mul(2), config.max_depth),
-            prefetch_addrs: [0; MAX_OUTSIDE],
-            prefetch_n: 0,
-            prefetch_buf: vec![0; MAX_OUTSIDE * layout.frame_read_size.min(BUF)],
-            prefetch_ok: [false; MAX_OUTSIDE],
-            outside: [0; MAX_OUTSIDE],
-            outside_n: 0,
             rng: XorShift::new(0x9e37_79b9_7f4a_7c15 ^ (target.runtime | 1)),
             tick: 0,
             config,
@@ -541,6 +271,32 @@ impl<R: MemoryReader> PythonWalker<R> {
     /// Distinct code objects resolved so far.
     pub fn code_cache_len(&self) -> usize {
         self.cache.len()
+    }
+
+    /// Reads each sampled thread's span (and asyncio task name) from the context running on
+    /// it (ADR 0011; the design is in `walker/context/`'s module docs). Samples whose context
+    /// cannot be read carry no span.
+    pub fn with_context(mut self, target: ContextTarget) -> Self {
+        self.ctx.set_target(target);
+        self
+    }
+
+    /// The span-object table that [`OtelTarget`](super::OtelTarget) lookups resolve span
+    /// objects in (filled by the span processor, by object address; it holds a reference to
+    /// every object it lists, so an address found there is that very span, alive).
+    pub fn with_span_objects(mut self, table: Arc<SpanObjectTable>) -> Self {
+        self.ctx.set_span_objects(table);
+        self
+    }
+
+    /// The task-name table the task factory fills; clone it to share.
+    pub fn task_names(&self) -> &TaskNames {
+        self.ctx.names()
+    }
+
+    /// Counters of context reads.
+    pub fn context_counters(&self) -> &Arc<ContextCounters> {
+        self.ctx.counters()
     }
 
     fn fail(&self, sink: &mut dyn StackSink, f: ThreadFailure) {
@@ -830,14 +586,26 @@ impl<R: MemoryReader> PythonWalker<R> {
             bump(&self.counters.idle_threads, 1);
             return;
         }
-        self.prefetch_n = self
-            .stacks
-            .outside(t.thread_id, t.tstate, &mut self.prefetch_addrs);
-        let truncated = match self.walk_frames(frame, t.chunk, t.top) {
+        self.frame_walk.prefetch_n =
+            self.stacks
+                .outside(t.thread_id, t.tstate, &mut self.frame_walk.prefetch_addrs);
+        let mut src = FrameSource {
+            reader: &self.reader,
+            layout: self.layout,
+            types: &self.target.types,
+            max_depth: self.config.max_depth,
+            limits: CopyLimits {
+                max_string_chars: self.config.max_string_chars,
+                max_linetable_bytes: self.config.max_linetable_bytes,
+            },
+            cache: &mut self.cache,
+            counters: &self.counters,
+        };
+        let truncated = match self.frame_walk.walk_frames(&mut src, frame, t.chunk, t.top) {
             Ok(t) => t,
             Err(f) => return self.fail(sink, f),
         };
-        if self.frames.is_empty() {
+        if self.frame_walk.frames.is_empty() {
             bump(&self.counters.idle_threads, 1);
             return;
         }
@@ -858,12 +626,12 @@ impl<R: MemoryReader> PythonWalker<R> {
         };
         let running = running == Some(true);
         bump(&self.counters.samples, 1);
-        bump(&self.counters.frames, self.frames.len() as u64);
+        bump(&self.counters.frames, self.frame_walk.frames.len() as u64);
         if truncated {
             bump(&self.counters.truncated, 1);
         }
         let sample = RawSample {
-            frames: &self.frames,
+            frames: &self.frame_walk.frames,
             truncated,
             cpu_ns: if elsewhere { 0 } else { used_ns },
             thread_name: self.name.as_str(),
@@ -875,9 +643,13 @@ impl<R: MemoryReader> PythonWalker<R> {
         let resolution = self.ctx.emit(&self.reader, t.tstate, sink, sample);
         if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
             let copy = WalkedStack {
-                frames: &self.frames,
+                frames: &self.frame_walk.frames,
                 truncated,
-                outside: self.outside.get(..self.outside_n).unwrap_or_default(),
+                outside: self
+                    .frame_walk
+                    .outside
+                    .get(..self.frame_walk.outside_n)
+                    .unwrap_or_default(),
                 running,
                 resolution,
             };
@@ -951,328 +723,6 @@ impl<R: MemoryReader> PythonWalker<R> {
             _ if self.pthread_tid_ok => tid_from_pthread(&self.reader, thread_id).ok(),
             _ => None,
         }
-    }
-
-    /// Copies the live part of a thread's current data-stack chunk (3.11+) into
-    /// `self.stack_buf` in one read. Returns the remote address the copy starts at and its
-    /// length, or `None` (no chunk, implausible pointers, or a failed read: frames are then
-    /// read one by one).
-    fn copy_datastack(&mut self, chunk: u64, top: u64) -> Option<(u64, usize)> {
-        if chunk == 0 || top <= chunk.checked_add(CHUNK_HEADER)? {
-            return None;
-        }
-        let live = usize::try_from(top - chunk).ok()?;
-        let (lo, len) = if live <= STACK_COPY {
-            (chunk, live)
-        } else {
-            (top - STACK_COPY as u64, STACK_COPY)
-        };
-        let buf = self.stack_buf.get_mut(..len)?;
-        self.reader.read(lo, buf).ok()?;
-        // With the header in the copy, `top` must lie inside the chunk it claims.
-        if lo == chunk && field_u64(buf, CHUNK_SIZE) < live as u64 {
-            return None;
-        }
-        bump(&self.counters.stack_copies, 1);
-        Some((lo, len))
-    }
-
-    /// Walks the frame chain from `frame` into `self.frames`, leaf first. Returns whether the
-    /// depth cap cut it.
-    ///
-    /// Two passes: the chain is followed first, taking frames from the copied data stack when
-    /// they lie in it (3.11+) and reading the others one by one; then the headers of all the
-    /// frames' code objects are read in one batched read and resolved through the cache.
-    fn walk_frames(&mut self, frame: u64, chunk: u64, top: u64) -> Result<bool, ThreadFailure> {
-        let l = self.layout;
-        self.frames.clear();
-        self.slots.clear();
-        let fsize = l.frame_read_size.min(BUF);
-        let window = self.copy_datastack(chunk, top);
-        self.outside_n = 0;
-        if self.prefetch_n > 0 {
-            // The frames the last walk had to read one by one (C-stack shims, generators) are
-            // usually still there: read them together. Each is used only if the chain leads to
-            // its address, and validated like any other frame.
-            let n = self.prefetch_n.min(MAX_OUTSIDE);
-            self.reader.read_scatter(
-                self.prefetch_addrs.get(..n).unwrap_or_default(),
-                fsize,
-                &mut self.prefetch_buf,
-                &mut self.prefetch_ok,
-            );
-        }
-        let mut fbuf = [0u8; BUF];
-        self.load_frame(frame, window, &mut fbuf[..fsize])?;
-        let mut cur = frame;
-        let mut last = 0u64;
-        // Cut at the depth cap, or out of steps (a long run of shims), unless the chain ends.
-        let mut truncated = true;
-        // Shim frames do not count towards the depth; bound the total work anyway.
-        let max_steps = self.config.max_depth.saturating_mul(2).saturating_add(8);
-        for _ in 0..max_steps {
-            if self.slots.len() >= self.config.max_depth {
-                break;
-            }
-            let f = &fbuf[..fsize];
-            let code = field_u64(f, l.frame_code);
-            let previous = field_u64(f, l.frame_previous);
-            if previous != 0 && (previous == cur || previous == last) {
-                return Err(ThreadFailure::Cycle);
-            }
-            if l.frame_kind == FrameKind::FrameObject && !type_matches(self.target.types.frame, f) {
-                return Err(ThreadFailure::Invalid);
-            }
-            let owner = l.frame_owner.map(|o| field_u8(f, o));
-            let is_shim = l.owner_cstack.is_some() && owner == l.owner_cstack;
-            if is_shim || code == 0 {
-                bump(&self.counters.shim_frames, u64::from(is_shim));
-                if code == 0 && !is_shim {
-                    return Err(ThreadFailure::Invalid);
-                }
-            } else {
-                let slot = FrameSlot {
-                    code,
-                    lasti: self.lasti(f, code),
-                    line: self.explicit_line(f),
-                };
-                self.slots.push(slot);
-            }
-            if previous == 0 {
-                truncated = false;
-                break;
-            }
-            self.load_frame(previous, window, &mut fbuf[..fsize])?;
-            last = cur;
-            cur = previous;
-        }
-        self.resolve_slots()?;
-        Ok(truncated)
-    }
-
-    /// Fills `out` with the frame at `addr`: from the data-stack copy when it lies inside it,
-    /// else with a read.
-    fn load_frame(
-        &mut self,
-        addr: u64,
-        window: Option<(u64, usize)>,
-        out: &mut [u8],
-    ) -> Result<(), ThreadFailure> {
-        if let Some((lo, len)) = window {
-            if addr >= lo {
-                let off = usize::try_from(addr - lo).unwrap_or(usize::MAX);
-                if let Some(src) = off
-                    .checked_add(out.len())
-                    .filter(|&end| end <= len)
-                    .and_then(|end| self.stack_buf.get(off..end))
-                {
-                    out.copy_from_slice(src);
-                    return Ok(());
-                }
-            }
-        }
-        if let Some(o) = self.outside.get_mut(self.outside_n) {
-            *o = addr;
-            self.outside_n += 1;
-        }
-        let n = self.prefetch_n.min(MAX_OUTSIDE);
-        let len = out.len();
-        if let Some(i) = self.prefetch_addrs[..n].iter().position(|&a| a == addr) {
-            if self.prefetch_ok.get(i) == Some(&true) {
-                if let Some(src) = self.prefetch_buf.get(i * len..(i + 1) * len) {
-                    out.copy_from_slice(src);
-                    return Ok(());
-                }
-            }
-        }
-        bump(&self.counters.frame_reads, 1);
-        self.reader.read(addr, out)?;
-        Ok(())
-    }
-
-    /// Reads the code headers of `self.slots` in one batched read, proves the cached entries
-    /// they match (comparing content where the header cannot tell, in one more batched read),
-    /// copies the others, and pushes each frame into `self.frames`.
-    ///
-    /// Every header is read on every tick: a code object can be freed and another allocated at
-    /// its address between two ticks, with its name, file and line table at their old
-    /// addresses too (ADR 0020).
-    fn resolve_slots(&mut self) -> Result<(), ThreadFailure> {
-        let l = self.layout;
-        let csize = l.code_read_size().min(BUF);
-        // Direct recursion repeats an address: it is read once.
-        self.code_addrs.clear();
-        for s in &self.slots {
-            if self.code_addrs.last() != Some(&s.code) && self.cache.current(s.code).is_none() {
-                self.code_addrs.push(s.code);
-            }
-        }
-        self.reader.read_scatter(
-            &self.code_addrs,
-            csize,
-            &mut self.code_bufs,
-            &mut self.code_ok,
-        );
-        self.prove_cached(csize);
-        let limits = CopyLimits {
-            max_string_chars: self.config.max_string_chars,
-            max_linetable_bytes: self.config.max_linetable_bytes,
-        };
-        let mut next_read = 0usize;
-        for i in 0..self.slots.len() {
-            let Some(&slot) = self.slots.get(i) else {
-                return Err(ThreadFailure::Invalid);
-            };
-            let read = (self.code_addrs.get(next_read) == Some(&slot.code)).then(|| {
-                next_read += 1;
-                next_read - 1
-            });
-            let resolved = match (self.cache.current(slot.code), read) {
-                (Some(idx), _) => Ok(Resolved::Entry(idx)),
-                (None, Some(j)) => {
-                    if self.code_ok.get(j) != Some(&true) {
-                        return Err(ThreadFailure::Invalid);
-                    }
-                    let header = self
-                        .code_bufs
-                        .get(j * csize..(j + 1) * csize)
-                        .ok_or(ThreadFailure::Invalid)?;
-                    let r = self.cache.resolve(
-                        &self.reader,
-                        l,
-                        &self.target.types,
-                        limits,
-                        slot.code,
-                        header,
-                    );
-                    self.flush_cache_events();
-                    r
-                }
-                // A repeat of an address whose copy found the cache full.
-                (None, None) => Ok(Resolved::Full),
-            };
-            let raw = match resolved {
-                Ok(Resolved::Entry(idx)) if self.cache.is_hidden(idx) => None,
-                Ok(Resolved::Entry(idx)) => {
-                    let line = match slot.line {
-                        Some(line) => line,
-                        None => self.cache.line(idx, l.linetable_kind, slot.lasti),
-                    };
-                    Some(RawFrame {
-                        id: u64::from(idx),
-                        line,
-                    })
-                }
-                Ok(Resolved::Full) => Some(RawFrame {
-                    id: UNKNOWN_CODE_ID,
-                    line: 0,
-                }),
-                // 3.13's `f_executable` may hold a non-code object for frames that run no
-                // Python code; skip those rather than failing the whole stack.
-                Err(ObjectError::WrongType) if l.frame_kind == FrameKind::InstrPtr => None,
-                Err(e) => return Err(e.into()),
-            };
-            if let Some(raw) = raw {
-                self.frames.push(raw);
-            }
-        }
-        Ok(())
-    }
-
-    /// Proves the cache entries the headers just read (`self.code_addrs`, `csize` bytes each)
-    /// match: at once where the header carries a version, else by reading the entries' name,
-    /// file and line table again, all in one batched read, and comparing them with the
-    /// copies. Entries left unproven are copied anew by [`Self::resolve_slots`].
-    fn prove_cached(&mut self, csize: usize) {
-        self.compare.clear();
-        self.compare_reads.clear();
-        for (j, &addr) in self.code_addrs.iter().enumerate() {
-            if self.code_ok.get(j) != Some(&true) {
-                continue;
-            }
-            let Some(header) = self.code_bufs.get(j * csize..(j + 1) * csize) else {
-                continue;
-            };
-            let check = self
-                .cache
-                .check_header(self.layout, &self.target.types, addr, header);
-            if let HeaderCheck::CompareContent(idx) = check {
-                if self.compare_reads.len() + 3 <= self.compare_ok.len() {
-                    self.compare.push(idx);
-                    self.cache.content_reads(idx, &mut self.compare_reads);
-                }
-            }
-        }
-        if self.compare.is_empty() {
-            return;
-        }
-        // The buffer grows to the largest batch seen and stays (the steady state allocates
-        // nothing). A batch is at most 3 reads of `MAX_PRINT` and a header per frame.
-        let total: usize = self.compare_reads.iter().map(|r| r.1).sum();
-        if self.compare_buf.len() < total {
-            self.compare_buf.resize(total, 0);
-        }
-        self.reader.read_vectored(
-            &self.compare_reads,
-            &mut self.compare_buf,
-            &mut self.compare_ok,
-        );
-        let mut at = 0usize;
-        for (k, &idx) in self.compare.iter().enumerate() {
-            let mut fresh: [Option<&mut [u8]>; 3] = [None, None, None];
-            let mut rest = self.compare_buf.get_mut(at..).unwrap_or_default();
-            for (n, f) in fresh.iter_mut().enumerate() {
-                let r = 3 * k + n;
-                let len = self.compare_reads.get(r).map_or(0, |r| r.1);
-                if len > rest.len() {
-                    break;
-                }
-                let (b, tail) = std::mem::take(&mut rest).split_at_mut(len);
-                rest = tail;
-                at += len;
-                if self.compare_ok.get(r) == Some(&true) {
-                    *f = Some(b);
-                }
-            }
-            self.cache.compare_content(idx, fresh);
-        }
-    }
-
-    /// The frame's instruction offset in the unit [`super::linetable`] expects.
-    fn lasti(&self, f: &[u8], code: u64) -> i64 {
-        let l = self.layout;
-        match l.frame_kind {
-            FrameKind::FrameObject => i64::from(field_i32(f, l.frame_instr)),
-            FrameKind::PrevInstr | FrameKind::InstrPtr => {
-                let instr = field_u64(f, l.frame_instr);
-                let base = code.wrapping_add(l.code_code_adaptive.unwrap_or(0) as u64);
-                // Code units are 2 bytes; a pointer before the start (-1 unit on 3.11/3.12 for
-                // a frame that has not started) yields a negative offset.
-                (instr.wrapping_sub(base) as i64).div_euclid(2)
-            }
-        }
-    }
-
-    /// On 3.9/3.10 the frame's own `f_lineno` is authoritative while tracing.
-    fn explicit_line(&self, f: &[u8]) -> Option<u32> {
-        let l = self.layout;
-        let lineno = field_i32(f, l.frame_lineno?);
-        let valid = match l.frame_trace {
-            Some(t) => field_u64(f, t) != 0,
-            None => lineno != 0,
-        };
-        if valid {
-            u32::try_from(lineno).ok()
-        } else {
-            None
-        }
-    }
-
-    fn flush_cache_events(&mut self) {
-        let ev = std::mem::take(&mut self.cache.events);
-        bump(&self.counters.code_misses, ev.misses);
-        bump(&self.counters.code_replaced, ev.replaced);
-        bump(&self.counters.code_cache_full, ev.full);
     }
 }
 

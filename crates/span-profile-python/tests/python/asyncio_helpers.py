@@ -60,7 +60,7 @@ def attribution(samples, expected):
 def assert_accurate(report, min_share=0.97, min_samples=5):
     """Each function's samples carry its expected span. 0.97, not 1: a task switch between
     copying a thread state and reading its context can still mislabel a sample (see
-    walker/context.rs); the 100-task test holds the aggregate to 99%."""
+    walker/context/); the 100-task test holds the aggregate to 99%."""
     for fn, (right, total, spans) in report.items():
         assert total >= min_samples, "%s: only %d samples" % (fn, total)
         assert right >= min_share * total, "%s: %d of %d right: %r" % (fn, right, total, spans)
