@@ -8,9 +8,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use span_profile_core::SpanScope;
 use span_profile_export::otlp::{encode_otlp_raw, OtlpConfig, OtlpExporter};
 use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
-use span_profile_export::SpanScope;
 
 mod export_window;
 

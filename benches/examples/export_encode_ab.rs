@@ -16,8 +16,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use span_profile_core::SpanScope;
 use span_profile_export::otlp::{encode_otlp_raw, otlp_request, OtlpConfig, OtlpExporter};
-use span_profile_export::SpanScope;
 
 #[path = "../benches/export_window/mod.rs"]
 mod export_window;

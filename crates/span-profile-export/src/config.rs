@@ -184,7 +184,7 @@ pub enum ConfigError {
     Delivery(#[from] DeliveryError),
 }
 
-pub use span_profile_core::SpanScope;
+use span_profile_core::SpanScope;
 
 /// Reads a span scope setting (`local_root` or `all`) named `name`.
 pub(crate) fn parse_span_scope(name: &'static str, s: &str) -> Result<SpanScope, ConfigError> {

@@ -52,11 +52,11 @@ use rustc_hash::FxHashMap;
 use span_profile_core::internal::XorShift;
 use span_profile_core::{ExportError, Exporter, Profile, SpanContext};
 
-pub use crate::config::SpanScope;
 use crate::config::{parse_endpoint, parse_header_list, ConfigError, Secret};
 use crate::delivery::{Delivery, DeliveryConfig, DeliveryStats, Request, ResponseOutcome};
 use crate::encode::{gzip, TRUNCATED_FRAME};
 use crate::ExporterEnv;
+use span_profile_core::SpanScope;
 
 /// The OTLP/HTTP path of the profiles signal.
 pub const PROFILES_PATH: &str = "/v1development/profiles";
@@ -395,7 +395,7 @@ impl Strings {
 /// ```
 /// use span_profile_core::{Profile, Resource};
 /// use span_profile_export::otlp::otlp_request;
-/// use span_profile_export::SpanScope;
+/// use span_profile_core::SpanScope;
 ///
 /// let p = Profile::empty(Resource::default(), 1_700_000_000_000_000_000, 10_000_000_000, 10_000_000);
 /// let req = otlp_request(&p, SpanScope::All, true);
@@ -621,7 +621,8 @@ pub fn otlp_request(
 ///
 /// ```
 /// use span_profile_core::{Profile, Resource};
-/// use span_profile_export::{otlp::encode_otlp_raw, SpanScope};
+/// use span_profile_core::SpanScope;
+/// use span_profile_export::otlp::encode_otlp_raw;
 /// let p = Profile::empty(Resource::default(), 0, 1_000, 10);
 /// assert!(!encode_otlp_raw(&p, SpanScope::All, true).is_empty());
 /// ```

@@ -112,7 +112,7 @@ pub mod push {
     }
 }
 
-pub use crate::config::SpanScope;
+use span_profile_core::SpanScope;
 
 /// Which Pyroscope API to send to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -146,7 +146,8 @@ pub enum Auth {
 /// Settings of a [`PyroscopeExporter`].
 ///
 /// ```
-/// use span_profile_export::pyroscope::{PyroscopeConfig, SpanScope};
+/// use span_profile_core::SpanScope;
+/// use span_profile_export::pyroscope::PyroscopeConfig;
 /// use span_profile_export::ExporterEnv;
 ///
 /// let env = ExporterEnv::from_pairs([

@@ -14,9 +14,10 @@ use common::server::{CaptureServer, Reply};
 use common::{recent_checkout, ROOT, TRACE};
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use prost::Message;
+use span_profile_core::SpanScope;
 use span_profile_core::{Exporter, Profile};
 use span_profile_export::otlp::{OtlpConfig, OtlpExporter};
-use span_profile_export::{SpanScope, TRUNCATED_FRAME};
+use span_profile_export::TRUNCATED_FRAME;
 
 type Rows = BTreeMap<(Vec<String>, String, String, String, String), i64>;
 

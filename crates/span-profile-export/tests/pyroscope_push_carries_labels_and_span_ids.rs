@@ -12,10 +12,11 @@ use common::server::{CaptureServer, Captured, Reply};
 use common::{recent_checkout, CHILD, ROOT, TRACE};
 use prost::Message;
 use span_profile_core::Exporter;
+use span_profile_core::SpanScope;
 use span_profile_export::delivery::DeliveryConfig;
 use span_profile_export::pprof;
 use span_profile_export::pyroscope::push::PushRequest;
-use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter, SpanScope};
+use span_profile_export::pyroscope::{PyroscopeConfig, PyroscopeExporter};
 
 fn decode(c: &Captured) -> PushRequest {
     PushRequest::decode(c.plain_body().as_slice()).expect("a PushRequest")

@@ -1,7 +1,7 @@
 //! Guarded reads of this process's own memory: a plain copy whose faults are caught.
 //!
-//! Copying interpreter memory with `process_vm_readv` costs a system call per read (1.5 µs on
-//! the development VM, a dozen per sample). In-process the bytes are right there, but a stale or
+//! Copying interpreter memory with `process_vm_readv` costs a system call per read, and a
+//! sample needs many (ADR 0009; `docs/benchmarks.md`, "The Python walker, per sample"). In-process the bytes are right there, but a stale or
 //! torn pointer can name unmapped memory, and touching it would kill the host. So the copy is
 //! one `rep movsb` instruction at a known address, and a `SIGSEGV`/`SIGBUS` handler that sees a
 //! fault at exactly that instruction resumes at a landing pad that returns "fault". Any other
