@@ -26,6 +26,7 @@
 
 mod aggregate;
 mod budget;
+mod counters;
 mod export;
 pub mod failure;
 mod frame;
@@ -65,6 +66,7 @@ pub use walker::{RawSample, SpanSource, StackSink, StackWalker, WalkError};
 /// tests. Not a stable API.
 #[doc(hidden)]
 pub mod internal {
+    pub use crate::counters;
     pub use crate::rng::XorShift;
     pub use crate::runtime::SamplerHarness;
     pub use crate::time::{now_unix_ns, unix_ns};

@@ -34,8 +34,7 @@ mod table;
 mod thread;
 mod walker;
 
-use std::sync::atomic::Ordering;
-
+pub use table::NativeStats;
 pub use thread::{
     on_thread_start, on_thread_stop, register_current_thread, register_current_thread_until_exit,
     set_signal, signal, ThreadGuard,
@@ -79,51 +78,13 @@ pub enum RegisterError {
     AlreadyRegistered,
 }
 
-/// Process-wide counters of the native walker.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct NativeStats {
-    /// Threads registered now.
-    pub registered_threads: usize,
-    /// Samples the handler wrote.
-    pub samples: u64,
-    /// Samples lost because the thread's ring was full (the walker was late).
-    pub ring_full: u64,
-    /// Our signals that arrived for a slot no longer registered (thread gone, reused tid).
-    pub stray_signals: u64,
-    /// Signals that were not ours, passed to the previous handler.
-    pub foreign_signals: u64,
-    /// Wall signals that found the thread running, left to the CPU timer.
-    pub wall_covered_by_cpu: u64,
-    /// Registrations refused because every slot was taken.
-    pub register_full: u64,
-    /// Timer create/arm failures.
-    pub timer_errors: u64,
-    /// Wall signals that could not be sent.
-    pub send_errors: u64,
-    /// Ticks no sample stands for because a sample's weight hit its cap: a wall signal that
-    /// waited through more than 100,000 ticks (the thread had it masked), or more than 1,000
-    /// CPU timer expirations merged into one signal.
-    pub capped_ticks: u64,
-}
-
 /// The counters so far (zero before the first registration or walker).
 pub fn stats() -> NativeStats {
     let Some(t) = signal::TABLE.get() else {
         return NativeStats::default();
     };
-    let c = &t.counters;
-    let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     NativeStats {
         registered_threads: t.registered(),
-        samples: l(&c.samples),
-        ring_full: l(&c.ring_full),
-        stray_signals: l(&c.stray),
-        foreign_signals: l(&c.foreign),
-        wall_covered_by_cpu: l(&c.wall_covered),
-        register_full: l(&c.register_full),
-        timer_errors: l(&c.timer_errors),
-        send_errors: l(&c.send_errors),
-        capped_ticks: l(&c.capped),
+        ..t.counters.snapshot()
     }
 }

@@ -147,7 +147,7 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
         return;
     };
     let Some(slot) = table.slots.get(index) else {
-        table.counters.stray.fetch_add(1, Ordering::Relaxed);
+        table.counters.stray_signals.fetch_add(1, Ordering::Relaxed);
         return;
     };
     // Acquire: pairs with the Release store of ACTIVE at registration, so the stack bounds,
@@ -156,7 +156,7 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
         || slot.gen.load(Ordering::Relaxed) != gen
         || slot.tid.load(Ordering::Relaxed) != gettid()
     {
-        table.counters.stray.fetch_add(1, Ordering::Relaxed);
+        table.counters.stray_signals.fetch_add(1, Ordering::Relaxed);
         return;
     }
     let wall = head.code == SI_QUEUE;
@@ -171,7 +171,10 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
         let (w, capped) = capped_weight(slot.wall_owed.swap(0, Ordering::Relaxed), MAX_OWED);
         slot.wall_pending.store(false, Ordering::Relaxed);
         if capped > 0 {
-            table.counters.capped.fetch_add(capped, Ordering::Relaxed);
+            table
+                .counters
+                .capped_ticks
+                .fetch_add(capped, Ordering::Relaxed);
         }
         weight = w;
         let cpu = thread_cpu_ns();
@@ -185,7 +188,10 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
         let cpu_timer = table.cpu_period_ns.load(Ordering::Relaxed) > 0;
         if running && cpu_timer {
             // The CPU timer already samples this thread while it runs.
-            table.counters.wall_covered.fetch_add(1, Ordering::Relaxed);
+            table
+                .counters
+                .wall_covered_by_cpu
+                .fetch_add(1, Ordering::Relaxed);
             return;
         }
         // With the CPU timer, its samples carry the CPU time; without it, this sample carries
@@ -197,7 +203,10 @@ unsafe fn on_signal(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
         let overruns = u32::try_from(head.b).unwrap_or(0);
         let (w, capped) = capped_weight(overruns, MAX_OVERRUN);
         if capped > 0 {
-            table.counters.capped.fetch_add(capped, Ordering::Relaxed);
+            table
+                .counters
+                .capped_ticks
+                .fetch_add(capped, Ordering::Relaxed);
         }
         weight = w;
         // Each expiration is one period of the thread's CPU time.
@@ -287,7 +296,7 @@ unsafe fn push(
 /// The arguments are the kernel's, passed through unchanged.
 unsafe fn chain(sig: c_int, info: *mut siginfo_t, uctx: *mut c_void) {
     if let Some(t) = TABLE.get() {
-        t.counters.foreign.fetch_add(1, Ordering::Relaxed);
+        t.counters.foreign_signals.fetch_add(1, Ordering::Relaxed);
     }
     let Some(prev) = PREVIOUS.get() else {
         return;

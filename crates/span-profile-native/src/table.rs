@@ -155,18 +155,36 @@ impl Slot {
     }
 }
 
-/// Process-wide counters.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) samples: AtomicU64,
-    pub(crate) ring_full: AtomicU64,
-    pub(crate) stray: AtomicU64,
-    pub(crate) foreign: AtomicU64,
-    pub(crate) wall_covered: AtomicU64,
-    pub(crate) register_full: AtomicU64,
-    pub(crate) timer_errors: AtomicU64,
-    pub(crate) send_errors: AtomicU64,
-    pub(crate) capped: AtomicU64,
+span_profile_core::counters! {
+    /// Process-wide counters, written by signal handlers (`Relaxed`: independent statistics).
+    pub(crate) struct Counters(pub(crate)) {
+        /// Samples the handler wrote.
+        samples,
+        /// Samples lost because the thread's ring was full (the walker was late).
+        ring_full,
+        /// Our signals that arrived for a slot no longer registered (thread gone, reused tid).
+        stray_signals,
+        /// Signals that were not ours, passed to the previous handler.
+        foreign_signals,
+        /// Wall signals that found the thread running, left to the CPU timer.
+        wall_covered_by_cpu,
+        /// Registrations refused because every slot was taken.
+        register_full,
+        /// Timer create/arm failures.
+        timer_errors,
+        /// Wall signals that could not be sent.
+        send_errors,
+        /// Ticks no sample stands for because a sample's weight hit its cap: a wall signal that
+        /// waited through more than 100,000 ticks (the thread had it masked), or more than 1,000
+        /// CPU timer expirations merged into one signal.
+        capped_ticks,
+    }
+    /// Process-wide counters of the native walker.
+    #[non_exhaustive]
+    pub struct NativeStats + {
+        /// Threads registered now.
+        registered_threads: usize,
+    }
 }
 
 /// A lock that is a single atomic, so that a `fork` child can reset it.

@@ -14,7 +14,7 @@ mod sampler;
 pub use builder::ProfilerBuilder;
 pub use sampler::SamplerHarness;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -46,69 +46,54 @@ pub enum StartError {
     Thread(&'static str, std::io::Error),
 }
 
-/// Counters over the profiler's life. Every drop and failure has one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ProfilerStats {
-    /// Ticks taken.
-    pub ticks: u64,
-    /// Samples recorded.
-    pub samples: u64,
-    /// Windows closed.
-    pub windows: u64,
-    /// Windows handed to every exporter successfully.
-    pub exported_windows: u64,
-    /// Windows dropped because the export queue was full (oldest first).
-    pub dropped_windows: u64,
-    /// Failed or timed-out exporter calls.
-    pub export_errors: u64,
-    /// Walker failures (invalid reads, vanished threads).
-    pub walk_errors: u64,
-    /// Samples dropped by the window's row cap.
-    pub dropped_samples: u64,
-    /// CPU time of the sampling thread, nanoseconds.
-    pub sampler_cpu_ns: u64,
-    /// CPU time of the export thread, nanoseconds.
-    pub exporter_cpu_ns: u64,
-    /// Ticks that came more than an interval late (sampler starved or process stopped).
-    pub missed_ticks: u64,
-    /// Stacks cut at the walker's depth cap.
-    pub truncated_stacks: u64,
-    /// Threads or tasks not walked because a per-tick cap was reached.
-    pub skipped_threads: u64,
-    /// Label values replaced by `_other` because a cardinality cap was reached.
-    pub label_overflow: u64,
-    /// Span records dropped because the span table's cap was reached.
-    pub dropped_spans: u64,
-    /// Span records left out of windows because nothing was sampled in the span (ADR 0010).
-    pub unsampled_spans: u64,
-    /// Samples dropped because the span or task changed while the stack was copied.
-    pub torn_samples: u64,
-    /// Sampling stopped because of a failure; [`Profiler::failure`] says which.
-    pub failed: bool,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    ticks: AtomicU64,
-    samples: AtomicU64,
-    windows: AtomicU64,
-    exported_windows: AtomicU64,
-    dropped_windows: AtomicU64,
-    export_errors: AtomicU64,
-    walk_errors: AtomicU64,
-    dropped_samples: AtomicU64,
-    missed_ticks: AtomicU64,
-    truncated_stacks: AtomicU64,
-    skipped_threads: AtomicU64,
-    label_overflow: AtomicU64,
-    dropped_spans: AtomicU64,
-    unsampled_spans: AtomicU64,
-    torn_samples: AtomicU64,
-    sampler_cpu_ns: AtomicU64,
-    exporter_cpu_ns: AtomicU64,
-    /// Export-thread CPU not yet reported in a window.
-    exporter_cpu_pending: AtomicU64,
+crate::counters! {
+    /// The profiler's running totals, shared by its threads (`Relaxed`: independent
+    /// statistics).
+    struct Counters(pub(super)) {
+        /// Ticks taken.
+        ticks,
+        /// Samples recorded.
+        samples,
+        /// Windows closed.
+        windows,
+        /// Windows handed to every exporter successfully.
+        exported_windows,
+        /// Windows dropped because the export queue was full (oldest first).
+        dropped_windows,
+        /// Failed or timed-out exporter calls.
+        export_errors,
+        /// Walker failures (invalid reads, vanished threads).
+        walk_errors,
+        /// Samples dropped by the window's row cap.
+        dropped_samples,
+        /// CPU time of the sampling thread, nanoseconds.
+        sampler_cpu_ns,
+        /// CPU time of the export thread, nanoseconds.
+        exporter_cpu_ns,
+        /// Ticks that came more than an interval late (sampler starved or process stopped).
+        missed_ticks,
+        /// Stacks cut at the walker's depth cap.
+        truncated_stacks,
+        /// Threads or tasks not walked because a per-tick cap was reached.
+        skipped_threads,
+        /// Label values replaced by `_other` because a cardinality cap was reached.
+        label_overflow,
+        /// Span records dropped because the span table's cap was reached.
+        dropped_spans,
+        /// Span records left out of windows because nothing was sampled in the span (ADR 0010).
+        unsampled_spans,
+        /// Samples dropped because the span or task changed while the stack was copied.
+        torn_samples,
+    } + {
+        /// Export-thread CPU not yet reported in a window.
+        exporter_cpu_pending,
+    }
+    /// Counters over the profiler's life. Every drop and failure has one.
+    #[non_exhaustive]
+    pub struct ProfilerStats + {
+        /// Sampling stopped because of a failure; [`Profiler::failure`] says which.
+        failed: bool,
+    }
 }
 
 /// A running profiler. Dropping it stops it (with a 5 s timeout).
@@ -155,27 +140,9 @@ impl Profiler {
 
     /// Counters so far.
     pub fn stats(&self) -> ProfilerStats {
-        let c = &self.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         ProfilerStats {
-            ticks: l(&c.ticks),
-            samples: l(&c.samples),
-            windows: l(&c.windows),
-            exported_windows: l(&c.exported_windows),
-            dropped_windows: l(&c.dropped_windows),
-            export_errors: l(&c.export_errors),
-            walk_errors: l(&c.walk_errors),
-            dropped_samples: l(&c.dropped_samples),
-            missed_ticks: l(&c.missed_ticks),
-            truncated_stacks: l(&c.truncated_stacks),
-            skipped_threads: l(&c.skipped_threads),
-            label_overflow: l(&c.label_overflow),
-            dropped_spans: l(&c.dropped_spans),
-            unsampled_spans: l(&c.unsampled_spans),
-            torn_samples: l(&c.torn_samples),
             failed: self.failures.sampler_failure().is_some(),
-            sampler_cpu_ns: l(&c.sampler_cpu_ns),
-            exporter_cpu_ns: l(&c.exporter_cpu_ns),
+            ..self.counters.snapshot()
         }
     }
 

@@ -43,46 +43,11 @@ use span_profile_core::ExportError;
 
 pub use config::{DeliveryConfig, DeliveryError};
 pub use spool::Request;
-pub use worker::{ResponseCheck, ResponseOutcome};
+pub use worker::{DeliveryStats, ResponseCheck, ResponseOutcome};
 
 use spool::Spool;
 use tls::UreqTransport;
 use worker::{is_expired, Shared, Transport, Worker};
-
-/// Counters over a delivery's life. Every drop and failure has one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeliveryStats {
-    /// Requests handed to [`Delivery::submit`].
-    pub submitted: u64,
-    /// Requests the server accepted (2xx).
-    pub sent: u64,
-    /// Attempts that failed in a retryable way (429, 5xx, connection errors, timeouts).
-    pub retries: u64,
-    /// Of those, attempts that timed out.
-    pub timeouts: u64,
-    /// Requests the server refused with a non-retryable status (dropped).
-    pub rejected: u64,
-    /// Items rejected inside accepted requests (OTLP partial success).
-    pub rejected_items: u64,
-    /// Requests accepted whole but with a message from the server (OTLP's partial success
-    /// with nothing rejected: a warning); the last one is [`Delivery::last_warning`].
-    pub warnings: u64,
-    /// Requests dropped because the hand-off queue was full (oldest first).
-    pub dropped_queue_full: u64,
-    /// Requests dropped because the spool was over its bound (oldest first).
-    pub dropped_spool_full: u64,
-    /// Requests dropped because their window was older than `max_age`.
-    pub dropped_expired: u64,
-    /// Requests still in an in-memory spool at shutdown (lost).
-    pub dropped_at_shutdown: u64,
-    /// Spool files that could not be read or written (dropped).
-    pub spool_errors: u64,
-    /// Requests waiting in the spool now.
-    pub spooled: u64,
-    /// Bytes waiting in the spool now.
-    pub spooled_bytes: u64,
-}
 
 impl DeliveryStats {
     /// Requests lost for any reason.
@@ -258,24 +223,7 @@ impl Delivery {
 
     /// Counters so far.
     pub fn stats(&self) -> DeliveryStats {
-        let c = &self.shared.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        DeliveryStats {
-            submitted: l(&c.submitted),
-            sent: l(&c.sent),
-            retries: l(&c.retries),
-            timeouts: l(&c.timeouts),
-            rejected: l(&c.rejected),
-            rejected_items: l(&c.rejected_items),
-            warnings: l(&c.warnings),
-            dropped_queue_full: l(&c.dropped_queue_full),
-            dropped_spool_full: l(&c.dropped_spool_full),
-            dropped_expired: l(&c.dropped_expired),
-            dropped_at_shutdown: l(&c.dropped_at_shutdown),
-            spool_errors: l(&c.spool_errors),
-            spooled: l(&c.spooled),
-            spooled_bytes: l(&c.spooled_bytes),
-        }
+        self.shared.counters.snapshot()
     }
 
     /// The last failure (a refused request, a failed attempt), without credentials.

@@ -26,25 +26,44 @@ pub struct ResponseOutcome {
 /// Reads a 2xx response body.
 pub type ResponseCheck = fn(&[u8]) -> ResponseOutcome;
 
-/// The atomic side of [`DeliveryStats`](super::DeliveryStats): the worker and `submit`
-/// count, `stats` reads. Every access is `Relaxed`: each counter stands alone, and nothing
-/// is published through them.
-#[derive(Debug, Default)]
-pub(super) struct Counters {
-    pub(super) submitted: AtomicU64,
-    pub(super) sent: AtomicU64,
-    pub(super) retries: AtomicU64,
-    pub(super) timeouts: AtomicU64,
-    pub(super) rejected: AtomicU64,
-    pub(super) rejected_items: AtomicU64,
-    pub(super) warnings: AtomicU64,
-    pub(super) dropped_queue_full: AtomicU64,
-    pub(super) dropped_spool_full: AtomicU64,
-    pub(super) dropped_expired: AtomicU64,
-    pub(super) dropped_at_shutdown: AtomicU64,
-    pub(super) spool_errors: AtomicU64,
-    pub(super) spooled: AtomicU64,
-    pub(super) spooled_bytes: AtomicU64,
+span_profile_core::counters! {
+    /// What a delivery counts: the worker and `submit` count, [`Delivery::stats`](super::Delivery::stats)
+    /// reads. Every access is `Relaxed`: each counter stands alone, and nothing is published
+    /// through them.
+    pub(super) struct Counters(pub(super)) {
+        /// Requests handed to [`Delivery::submit`].
+        submitted,
+        /// Requests the server accepted (2xx).
+        sent,
+        /// Attempts that failed in a retryable way (429, 5xx, connection errors, timeouts).
+        retries,
+        /// Of those, attempts that timed out.
+        timeouts,
+        /// Requests the server refused with a non-retryable status (dropped).
+        rejected,
+        /// Items rejected inside accepted requests (OTLP partial success).
+        rejected_items,
+        /// Requests accepted whole but with a message from the server (OTLP's partial success
+        /// with nothing rejected: a warning); the last one is [`Delivery::last_warning`].
+        warnings,
+        /// Requests dropped because the hand-off queue was full (oldest first).
+        dropped_queue_full,
+        /// Requests dropped because the spool was over its bound (oldest first).
+        dropped_spool_full,
+        /// Requests dropped because their window was older than `max_age`.
+        dropped_expired,
+        /// Requests still in an in-memory spool at shutdown (lost).
+        dropped_at_shutdown,
+        /// Spool files that could not be read or written (dropped).
+        spool_errors,
+        /// Requests waiting in the spool now.
+        spooled,
+        /// Bytes waiting in the spool now.
+        spooled_bytes,
+    }
+    /// Counters over a delivery's life. Every drop and failure has one.
+    #[non_exhaustive]
+    pub struct DeliveryStats
 }
 
 impl Counters {

@@ -30,63 +30,31 @@ pub struct ContextTarget {
     pub task: SlotVar,
 }
 
-/// Counters of context reads (`Relaxed`: independent statistics, nothing is published through
-/// them).
-#[derive(Debug, Default)]
-pub struct ContextCounters {
-    /// Threads whose context was looked at.
-    pub lookups: AtomicU64,
-    /// Samples whose span came from the context.
-    pub spans: AtomicU64,
-    /// Contexts (or threads without one) that hold no span.
-    pub no_span: AtomicU64,
-    /// Contexts whose current span is one our span processor did not start (another
-    /// tracer provider's, or a sampled-out `NonRecordingSpan`): not attributed.
-    pub untracked: AtomicU64,
-    /// Samples that carried a task name.
-    pub tasks: AtomicU64,
-    /// Failed reads or validations (the sample carries no span).
-    pub invalid: AtomicU64,
-    /// Samples dropped because another context was entered (an asyncio task switch), or a
-    /// variable of the entered context was set (a span entered or left), while the stack was
-    /// copied: their frames and span could disagree.
-    pub switched: AtomicU64,
-}
-
-/// A snapshot of [`ContextCounters`].
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ContextStats {
-    /// See [`ContextCounters::lookups`].
-    pub lookups: u64,
-    /// See [`ContextCounters::spans`].
-    pub spans: u64,
-    /// See [`ContextCounters::no_span`].
-    pub no_span: u64,
-    /// See [`ContextCounters::untracked`].
-    pub untracked: u64,
-    /// See [`ContextCounters::tasks`].
-    pub tasks: u64,
-    /// See [`ContextCounters::invalid`].
-    pub invalid: u64,
-    /// See [`ContextCounters::switched`].
-    pub switched: u64,
-}
-
-impl ContextCounters {
-    /// Current values.
-    pub fn snapshot(&self) -> ContextStats {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        ContextStats {
-            lookups: g(&self.lookups),
-            spans: g(&self.spans),
-            no_span: g(&self.no_span),
-            untracked: g(&self.untracked),
-            tasks: g(&self.tasks),
-            invalid: g(&self.invalid),
-            switched: g(&self.switched),
-        }
+span_profile_core::counters! {
+    /// Counters of context reads (`Relaxed`: independent statistics, nothing is published
+    /// through them).
+    pub struct ContextCounters(pub) {
+        /// Threads whose context was looked at.
+        lookups,
+        /// Samples whose span came from the context.
+        spans,
+        /// Contexts (or threads without one) that hold no span.
+        no_span,
+        /// Contexts whose current span is one our span processor did not start (another
+        /// tracer provider's, or a sampled-out `NonRecordingSpan`): not attributed.
+        untracked,
+        /// Samples that carried a task name.
+        tasks,
+        /// Failed reads or validations (the sample carries no span).
+        invalid,
+        /// Samples dropped because another context was entered (an asyncio task switch), or a
+        /// variable of the entered context was set (a span entered or left), while the stack
+        /// was copied: their frames and span could disagree.
+        switched,
     }
+    /// A snapshot of [`ContextCounters`].
+    #[non_exhaustive]
+    pub struct ContextStats
 }
 
 fn bump(c: &AtomicU64) {
