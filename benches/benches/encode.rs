@@ -118,33 +118,30 @@ fn window() -> Profile {
         let span = (stack % 2 == 0).then(|| spans[rng.below(spans.len())]);
         let wall = 1 + rng.below(20) as u64;
         let cpu = rng.below(wall as usize + 1) as u64;
-        p.samples.push(ProfileSample {
-            stack,
-            span,
-            route: if span.is_some() {
-                routes[rng.below(routes.len())].clone()
-            } else {
-                Arc::from("background")
-            },
-            thread_name: threads[rng.below(threads.len())].clone(),
-            task_name: None,
-            cpu_samples: cpu,
-            wall_samples: wall,
-            cpu_ns: cpu * 10_000_000,
-            wall_ns: wall * 10_000_000,
-        });
+        let route = if span.is_some() {
+            routes[rng.below(routes.len())].clone()
+        } else {
+            Arc::from("background")
+        };
+        p.samples.push(
+            ProfileSample::new(stack, route, threads[rng.below(threads.len())].clone())
+                .with_span(span)
+                .with_cpu(cpu, cpu * 10_000_000)
+                .with_wall(wall, wall * 10_000_000),
+        );
     }
     p.spans = spans
         .iter()
-        .map(|c| SpanRecord {
-            trace_id: c.trace_id,
-            span_id: c.span_id,
-            parent_span_id: Some(c.local_root_span_id),
-            local_root_span_id: c.local_root_span_id,
-            name: "pricing.calculate".into(),
-            route: None,
-            start_unix_ns: 1_700_000_001_000_000_000,
-            end_unix_ns: Some(1_700_000_001_720_000_000),
+        .map(|c| {
+            SpanRecord::new(
+                c.trace_id,
+                c.span_id,
+                c.local_root_span_id,
+                "pricing.calculate".into(),
+                1_700_000_001_000_000_000,
+            )
+            .with_parent_span_id(Some(c.local_root_span_id))
+            .with_end_unix_ns(Some(1_700_000_001_720_000_000))
         })
         .collect();
     p
@@ -155,11 +152,12 @@ fn window() -> Profile {
 fn busy_window() -> Profile {
     let mut p = window();
     let template = p.spans[0].clone();
-    p.spans.extend((1..=50_000u64 - 500).map(|i| SpanRecord {
-        span_id: SpanId::from_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1).expect("nonzero"),
-        start_unix_ns: template.start_unix_ns + i * 1_000_000,
-        end_unix_ns: Some(template.start_unix_ns + i * 1_000_000 + 720_000_000),
-        ..template.clone()
+    p.spans.extend((1..=50_000u64 - 500).map(|i| {
+        let mut r = template.clone();
+        r.span_id = SpanId::from_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1).expect("nonzero");
+        r.start_unix_ns = template.start_unix_ns + i * 1_000_000;
+        r.end_unix_ns = Some(template.start_unix_ns + i * 1_000_000 + 720_000_000);
+        r
     }));
     p
 }

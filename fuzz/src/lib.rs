@@ -162,38 +162,42 @@ pub fn profile(u: &mut Unstructured<'_>, shape: Shape) -> Result<Profile> {
         } else {
             None
         };
-        p.samples.push(ProfileSample {
-            stack: index(u, p.stacks.len())?,
-            span,
-            route: Arc::from(pick(u, &ROUTES)?),
-            thread_name: Arc::from(pick(u, &THREADS)?),
-            task_name: task,
-            cpu_samples: count(u, shape)?,
-            wall_samples: count(u, shape)?,
-            cpu_ns: count(u, shape)?,
-            wall_ns: count(u, shape)?,
-        });
+        // Drawn in the order the fuzz inputs were written for.
+        let stack = index(u, p.stacks.len())?;
+        let route = Arc::from(pick(u, &ROUTES)?);
+        let thread_name = Arc::from(pick(u, &THREADS)?);
+        let (cpu_samples, wall_samples) = (count(u, shape)?, count(u, shape)?);
+        let (cpu_ns, wall_ns) = (count(u, shape)?, count(u, shape)?);
+        p.samples.push(
+            ProfileSample::new(stack, route, thread_name)
+                .with_span(span)
+                .with_task_name(task)
+                .with_cpu(cpu_samples, cpu_ns)
+                .with_wall(wall_samples, wall_ns),
+        );
     }
     for _ in 0..u.int_in_range(0..=4)? {
         let c = span_context(u)?;
-        p.spans.push(SpanRecord {
-            trace_id: c.trace_id,
-            span_id: c.span_id,
-            parent_span_id: if u.arbitrary()? {
-                Some(c.local_root_span_id)
-            } else {
-                None
-            },
-            local_root_span_id: c.local_root_span_id,
-            name: pick(u, &["pricing.calculate", "GET /orders/{id}", ""])?.into(),
-            route: if u.arbitrary()? {
-                Some(pick(u, &ROUTES)?.into())
-            } else {
-                None
-            },
-            start_unix_ns: u.arbitrary()?,
-            end_unix_ns: u.arbitrary()?,
-        });
+        // Drawn in the order the fuzz inputs were written for.
+        let parent = if u.arbitrary()? {
+            Some(c.local_root_span_id)
+        } else {
+            None
+        };
+        let name = pick(u, &["pricing.calculate", "GET /orders/{id}", ""])?.into();
+        let route = if u.arbitrary()? {
+            Some(pick(u, &ROUTES)?.into())
+        } else {
+            None
+        };
+        let start = u.arbitrary()?;
+        let end = u.arbitrary()?;
+        p.spans.push(
+            SpanRecord::new(c.trace_id, c.span_id, c.local_root_span_id, name, start)
+                .with_parent_span_id(parent)
+                .with_route(route)
+                .with_end_unix_ns(end),
+        );
     }
     p.stats = stats(u, shape)?;
     Ok(p)

@@ -74,21 +74,17 @@ pub fn window(ago: Duration) -> Profile {
         let span = (stack % 2 == 0).then(|| spans[next(spans.len())]);
         let wall = 1 + next(20) as u64;
         let cpu = next(wall as usize + 1) as u64;
-        p.samples.push(ProfileSample {
-            stack,
-            span,
-            route: if span.is_some() {
-                routes[next(5)].clone()
-            } else {
-                Arc::from("background")
-            },
-            thread_name: threads[next(8)].clone(),
-            task_name: None,
-            cpu_samples: cpu,
-            wall_samples: wall,
-            cpu_ns: cpu * 10_000_000,
-            wall_ns: wall * 10_000_000,
-        });
+        let route = if span.is_some() {
+            routes[next(5)].clone()
+        } else {
+            Arc::from("background")
+        };
+        p.samples.push(
+            ProfileSample::new(stack, route, threads[next(8)].clone())
+                .with_span(span)
+                .with_cpu(cpu, cpu * 10_000_000)
+                .with_wall(wall, wall * 10_000_000),
+        );
     }
     p
 }

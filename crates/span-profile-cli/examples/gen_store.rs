@@ -83,32 +83,24 @@ fn window(i: u64, stacks: usize) -> Profile {
         } else {
             (None, background.clone())
         };
-        p.samples.push(ProfileSample {
-            stack: s as u32,
-            span,
-            route,
-            thread_name: threads[s % 8].clone(),
-            task_name: None,
-            cpu_samples: n,
-            wall_samples: n,
-            cpu_ns: n * PERIOD_NS,
-            wall_ns: n * PERIOD_NS,
-        });
+        p.samples.push(
+            ProfileSample::new(s as u32, route, threads[s % 8].clone())
+                .with_span(span)
+                .with_cpu(n, n * PERIOD_NS)
+                .with_wall(n, n * PERIOD_NS),
+        );
     }
     for k in 0..spans_per_window {
         let id = i * 1_000_000 + k + 1;
         let span_id = SpanId::from_u64(id).expect("ids start at 1");
         let start = p.start_unix_ns + rng.below(WINDOW_NS / 2);
-        p.spans.push(SpanRecord {
-            trace_id: TraceId::from_u128(u128::from(id) << 64 | 1).expect("non-zero"),
-            span_id,
-            parent_span_id: None,
-            local_root_span_id: span_id,
-            name: format!("GET /api/v1/resource_{}/{{id}}", k % 20).into(),
-            route: Some(format!("/api/v1/resource_{}/{{id}}", k % 20).into()),
-            start_unix_ns: start,
-            end_unix_ns: Some(start + 1_000_000 * (1 + rng.below(2_000))),
-        });
+        let trace_id = TraceId::from_u128(u128::from(id) << 64 | 1).expect("non-zero");
+        let name = format!("GET /api/v1/resource_{}/{{id}}", k % 20).into();
+        p.spans.push(
+            SpanRecord::new(trace_id, span_id, span_id, name, start)
+                .with_route(Some(format!("/api/v1/resource_{}/{{id}}", k % 20).into()))
+                .with_end_unix_ns(Some(start + 1_000_000 * (1 + rng.below(2_000)))),
+        );
     }
     p.stats.ticks = WINDOW_NS / PERIOD_NS;
     p.stats.effective_rate_millihz = 100_000;

@@ -283,17 +283,12 @@ impl WindowAggregator {
     /// skipped. Steady state, it does not allocate.
     ///
     /// ```
-    /// use span_profile_core::{
-    ///     ExecutionKey, RawFrame, RawSample, Resource, SpanSource, WindowAggregator,
-    /// };
+    /// use span_profile_core::{ExecutionKey, RawFrame, RawSample, Resource, WindowAggregator};
     /// use span_profile_core::labels::LabelValues;
     ///
     /// let mut agg = WindowAggregator::default();
     /// let frames = [RawFrame { id: 1, line: 3 }];
-    /// let s = RawSample {
-    ///     key: ExecutionKey::thread(1), frames: &frames, truncated: false, cpu_ns: 10_000_000,
-    ///     thread_name: "main", task_name: None, span: SpanSource::Unknown, weight: 1,
-    /// };
+    /// let s = RawSample::new(ExecutionKey::thread(1), &frames, "main").with_cpu_ns(10_000_000);
     /// for _tick in 0..3 {
     ///     agg.add_raw(0, &s, None, LabelValues::BACKGROUND, 10_000_000);
     /// }

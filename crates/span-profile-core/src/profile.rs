@@ -7,7 +7,10 @@ use serde::{Deserialize, Serialize};
 use crate::{Frame, Resource, SpanContext, SpanId, Stack, TraceId};
 
 /// One aggregated row of a window: all samples that shared a stack, a span and labels.
+///
+/// Built with [`ProfileSample::new`] and the `with_*` setters; the fields stay public.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProfileSample {
     /// Index into [`Profile::stacks`].
     pub stack: u32,
@@ -30,8 +33,71 @@ pub struct ProfileSample {
     pub wall_ns: u64,
 }
 
+impl ProfileSample {
+    /// A row of stack `stack` (an index into [`Profile::stacks`]) with route `route`, on the
+    /// thread named `thread_name`: no span, no task, all counts zero.
+    ///
+    /// ```
+    /// use span_profile_core::ProfileSample;
+    ///
+    /// let s = ProfileSample::new(0, "background".into(), "MainThread".into())
+    ///     .with_cpu(3, 30_000_000)
+    ///     .with_wall(5, 50_000_000);
+    /// assert_eq!((s.span, s.cpu_samples, s.wall_ns), (None, 3, 50_000_000));
+    /// ```
+    #[must_use]
+    pub fn new(stack: u32, route: Arc<str>, thread_name: Arc<str>) -> Self {
+        Self {
+            stack,
+            span: None,
+            route,
+            thread_name,
+            task_name: None,
+            cpu_samples: 0,
+            wall_samples: 0,
+            cpu_ns: 0,
+            wall_ns: 0,
+        }
+    }
+
+    /// Sets [`ProfileSample::span`].
+    #[must_use]
+    pub fn with_span(self, span: Option<SpanContext>) -> Self {
+        Self { span, ..self }
+    }
+
+    /// Sets [`ProfileSample::task_name`].
+    #[must_use]
+    pub fn with_task_name(self, task_name: Option<Arc<str>>) -> Self {
+        Self { task_name, ..self }
+    }
+
+    /// Sets [`ProfileSample::cpu_samples`] and [`ProfileSample::cpu_ns`].
+    #[must_use]
+    pub fn with_cpu(self, cpu_samples: u64, cpu_ns: u64) -> Self {
+        Self {
+            cpu_samples,
+            cpu_ns,
+            ..self
+        }
+    }
+
+    /// Sets [`ProfileSample::wall_samples`] and [`ProfileSample::wall_ns`].
+    #[must_use]
+    pub fn with_wall(self, wall_samples: u64, wall_ns: u64) -> Self {
+        Self {
+            wall_samples,
+            wall_ns,
+            ..self
+        }
+    }
+}
+
 /// A span's metadata, recorded by the span hooks: the span table of a window.
+///
+/// Built with [`SpanRecord::new`] and the `with_*` setters; the fields stay public.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SpanRecord {
     /// The trace.
     pub trace_id: TraceId,
@@ -52,6 +118,64 @@ pub struct SpanRecord {
 }
 
 impl SpanRecord {
+    /// The record of span `span_id` of trace `trace_id`, under local root
+    /// `local_root_span_id` (itself for a local root), named `name`, started at
+    /// `start_unix_ns`: no parent in this process, no route, still open.
+    ///
+    /// ```
+    /// use span_profile_core::{SpanId, SpanRecord, TraceId};
+    ///
+    /// let root = SpanId::from_u64(1).unwrap();
+    /// let trace = TraceId::from_u128(7).unwrap();
+    /// let r = SpanRecord::new(trace, root, root, "GET /".into(), 1_000)
+    ///     .with_route(Some("/".into()))
+    ///     .with_end_unix_ns(Some(1_500));
+    /// assert_eq!((r.parent_span_id, r.duration_ns()), (None, Some(500)));
+    /// ```
+    #[must_use]
+    pub fn new(
+        trace_id: TraceId,
+        span_id: SpanId,
+        local_root_span_id: SpanId,
+        name: Arc<str>,
+        start_unix_ns: u64,
+    ) -> Self {
+        Self {
+            trace_id,
+            span_id,
+            parent_span_id: None,
+            local_root_span_id,
+            name,
+            route: None,
+            start_unix_ns,
+            end_unix_ns: None,
+        }
+    }
+
+    /// Sets [`SpanRecord::parent_span_id`].
+    #[must_use]
+    pub fn with_parent_span_id(self, parent_span_id: Option<SpanId>) -> Self {
+        Self {
+            parent_span_id,
+            ..self
+        }
+    }
+
+    /// Sets [`SpanRecord::route`].
+    #[must_use]
+    pub fn with_route(self, route: Option<Arc<str>>) -> Self {
+        Self { route, ..self }
+    }
+
+    /// Sets [`SpanRecord::end_unix_ns`].
+    #[must_use]
+    pub fn with_end_unix_ns(self, end_unix_ns: Option<u64>) -> Self {
+        Self {
+            end_unix_ns,
+            ..self
+        }
+    }
+
     /// Duration in nanoseconds, if the span has ended.
     pub fn duration_ns(&self) -> Option<u64> {
         self.end_unix_ns
@@ -121,7 +245,9 @@ pub struct WindowInfo<'a> {
 /// One window of aggregated samples. Frames and stacks are interned tables that samples index.
 ///
 /// The sample types are `cpu` and `wall`, both in nanoseconds; the period is `1e9 / rate`.
+/// Built with [`Profile::empty`]; the fields stay public.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Profile {
     /// The process's resource labels.
     pub resource: Resource,
@@ -144,7 +270,16 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// An empty window.
+    /// An empty window of `resource`, starting at `start_unix_ns` and `duration_ns` long,
+    /// sampled every `period_ns`: no frames, stacks, samples or spans, zero stats.
+    ///
+    /// ```
+    /// use span_profile_core::{Profile, Resource};
+    ///
+    /// let p = Profile::empty(Resource::default(), 1_000, 10_000_000_000, 10_000_000);
+    /// assert_eq!((p.samples.len(), p.total_wall_samples()), (0, 0));
+    /// ```
+    #[must_use]
     pub fn empty(resource: Resource, start_unix_ns: u64, duration_ns: u64, period_ns: u64) -> Self {
         Self {
             resource,

@@ -3,7 +3,10 @@
 use crate::{ActiveSpan, ExecutionKey, Frame, RawFrame};
 
 /// One thread's or task's stack, as a walker hands it to the sampler.
+///
+/// Built with [`RawSample::new`] and the `with_*` setters; the fields stay public to read.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct RawSample<'a> {
     /// Whose stack this is: the thread (or task) the sample was taken of.
     pub key: ExecutionKey,
@@ -27,6 +30,71 @@ pub struct RawSample<'a> {
     /// it was last seen running in, ADR 0019). Such a sample that finds no row still counts
     /// as one dropped sample.
     pub weight: u32,
+}
+
+impl<'a> RawSample<'a> {
+    /// One sample of `key`'s stack `frames` (leaf first), on the thread named `thread_name`:
+    /// whole (not truncated), no CPU time, no task, no span known
+    /// ([`SpanSource::Unknown`]), weight 1. Neither it nor the setters allocate.
+    ///
+    /// ```
+    /// use span_profile_core::{ExecutionKey, RawFrame, RawSample, SpanSource};
+    ///
+    /// let frames = [RawFrame { id: 1, line: 10 }];
+    /// let s = RawSample::new(ExecutionKey::thread(1), &frames, "main")
+    ///     .with_cpu_ns(10_000_000)
+    ///     .with_span(SpanSource::Registry);
+    /// assert_eq!((s.weight, s.truncated, s.task_name), (1, false, None));
+    /// ```
+    #[inline]
+    #[must_use]
+    pub const fn new(key: ExecutionKey, frames: &'a [RawFrame], thread_name: &'a str) -> Self {
+        Self {
+            key,
+            frames,
+            truncated: false,
+            cpu_ns: 0,
+            thread_name,
+            task_name: None,
+            span: SpanSource::Unknown,
+            weight: 1,
+        }
+    }
+
+    /// Sets [`RawSample::truncated`].
+    #[inline]
+    #[must_use]
+    pub const fn with_truncated(self, truncated: bool) -> Self {
+        Self { truncated, ..self }
+    }
+
+    /// Sets [`RawSample::cpu_ns`].
+    #[inline]
+    #[must_use]
+    pub const fn with_cpu_ns(self, cpu_ns: u64) -> Self {
+        Self { cpu_ns, ..self }
+    }
+
+    /// Sets [`RawSample::task_name`].
+    #[inline]
+    #[must_use]
+    pub const fn with_task_name(self, task_name: Option<&'a str>) -> Self {
+        Self { task_name, ..self }
+    }
+
+    /// Sets [`RawSample::span`].
+    #[inline]
+    #[must_use]
+    pub const fn with_span(self, span: SpanSource) -> Self {
+        Self { span, ..self }
+    }
+
+    /// Sets [`RawSample::weight`].
+    #[inline]
+    #[must_use]
+    pub const fn with_weight(self, weight: u32) -> Self {
+        Self { weight, ..self }
+    }
 }
 
 /// What a walker knows, per sample, of the span current on the stack: the one way a walker
@@ -96,17 +164,12 @@ pub trait StackSink {
 /// impl StackWalker for OneStack {
 ///     fn walk(&mut self, sink: &mut dyn StackSink) {
 ///         let frames = [RawFrame { id: 1, line: 10 }, RawFrame { id: 2, line: 20 }];
-///         sink.sample(&RawSample {
-///             frames: &frames,
-///             truncated: false,
-///             cpu_ns: 10_000_000,
-///             thread_name: "main",
-///             task_name: None,
-///             // The span the hooks entered for thread 1, if any.
-///             key: ExecutionKey::thread(1),
-///             span: SpanSource::Registry,
-///             weight: 1,
-///         });
+///         sink.sample(
+///             &RawSample::new(ExecutionKey::thread(1), &frames, "main")
+///                 .with_cpu_ns(10_000_000)
+///                 // The span the hooks entered for thread 1, if any.
+///                 .with_span(SpanSource::Registry),
+///         );
 ///     }
 ///     fn symbolize(&mut self, raw: RawFrame) -> Frame {
 ///         let name = if raw.id == 1 { "leaf" } else { "main" };

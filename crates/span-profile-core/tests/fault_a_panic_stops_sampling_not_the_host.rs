@@ -28,16 +28,12 @@ impl StackWalker for PanicsAt {
         if n == self.panic_at {
             panic!("walker bug on tick {n}");
         }
-        sink.sample(&RawSample {
-            frames: &[RawFrame { id: 1, line: 1 }],
-            truncated: false,
-            cpu_ns: 10_000_000,
-            thread_name: "main",
-            task_name: None,
-            key: ExecutionKey::thread(1),
-            span: SpanSource::Registry,
-            weight: 1,
-        });
+        let frames = [RawFrame { id: 1, line: 1 }];
+        sink.sample(
+            &RawSample::new(ExecutionKey::thread(1), &frames, "main")
+                .with_cpu_ns(10_000_000)
+                .with_span(SpanSource::Registry),
+        );
     }
     fn symbolize(&mut self, _raw: RawFrame) -> Frame {
         Frame::new("work", "app.py", 1)

@@ -36,16 +36,12 @@ impl StackWalker for Faulty {
             (&deep[..], true, "main"),
             (&fresh[..], false, self.name.as_str()),
         ] {
-            sink.sample(&RawSample {
-                frames,
-                truncated,
-                cpu_ns: 10_000_000,
-                thread_name: name,
-                task_name: None,
-                key: ExecutionKey::thread(1),
-                span: SpanSource::Registry,
-                weight: 1,
-            });
+            sink.sample(
+                &RawSample::new(ExecutionKey::thread(1), frames, name)
+                    .with_truncated(truncated)
+                    .with_cpu_ns(10_000_000)
+                    .with_span(SpanSource::Registry),
+            );
         }
         sink.error(WalkError::Skipped);
         sink.error(WalkError::InvalidRead);

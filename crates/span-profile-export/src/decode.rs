@@ -310,17 +310,16 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
             }
         };
         let route = route.unwrap_or(BACKGROUND_ROUTE);
-        samples.push(ProfileSample {
-            stack,
-            span,
-            route: arc_of(&mut interned, route),
-            thread_name: arc_of(&mut interned, thread.unwrap_or("")),
-            task_name: task.map(|t| arc_of(&mut interned, t)),
-            wall_samples: value(0),
-            cpu_ns: value(1),
-            wall_ns: value(2),
-            cpu_samples: value(3),
-        });
+        let route = arc_of(&mut interned, route);
+        let thread_name = arc_of(&mut interned, thread.unwrap_or(""));
+        let task_name = task.map(|t| arc_of(&mut interned, t));
+        samples.push(
+            ProfileSample::new(stack, route, thread_name)
+                .with_span(span)
+                .with_task_name(task_name)
+                .with_wall(value(0), value(2))
+                .with_cpu(value(3), value(1)),
+        );
     }
 
     let (resource, stats, spans) = match meta {
@@ -344,17 +343,18 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
         }
     };
 
-    Ok(Profile {
+    let mut p = Profile::empty(
         resource,
-        start_unix_ns: unsigned(msg.time_nanos),
-        duration_ns: unsigned(msg.duration_nanos),
-        period_ns: unsigned(msg.period),
-        frames,
-        stacks,
-        samples,
-        spans,
-        stats,
-    })
+        unsigned(msg.time_nanos),
+        unsigned(msg.duration_nanos),
+        unsigned(msg.period),
+    );
+    p.frames = frames;
+    p.stacks = stacks;
+    p.samples = samples;
+    p.spans = spans;
+    p.stats = stats;
+    Ok(p)
 }
 
 /// Shares one `Arc<str>` per distinct label value.

@@ -801,15 +801,17 @@ mod tests {
     fn the_streamed_meta_comment_writes_the_same_bytes_as_the_held_one() {
         let mut p = Profile::empty(span_profile_core::Resource::default(), 7, 1_000, 10);
         p.spans = (1..=300u64)
-            .map(|i| span_profile_core::SpanRecord {
-                trace_id: TraceId::from_u128(u128::from(i)).unwrap(),
-                span_id: SpanId::from_u64(i).unwrap(),
-                parent_span_id: SpanId::from_u64(i / 2),
-                local_root_span_id: SpanId::from_u64(1).unwrap(),
-                name: "pricing \"calculate\" ✓".into(),
-                route: (i % 3 == 0).then(|| "/orders/{id}".into()),
-                start_unix_ns: i,
-                end_unix_ns: Some(i + 5),
+            .map(|i| {
+                span_profile_core::SpanRecord::new(
+                    TraceId::from_u128(u128::from(i)).unwrap(),
+                    SpanId::from_u64(i).unwrap(),
+                    SpanId::from_u64(1).unwrap(),
+                    "pricing \"calculate\" ✓".into(),
+                    i,
+                )
+                .with_parent_span_id(SpanId::from_u64(i / 2))
+                .with_route((i % 3 == 0).then(|| "/orders/{id}".into()))
+                .with_end_unix_ns(Some(i + 5))
             })
             .collect();
         let write = |mode| {

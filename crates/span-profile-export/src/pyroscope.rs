@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use prost::Message;
 use span_profile_core::internal::XorShift;
-use span_profile_core::{ExportError, Exporter, Profile, ProfileSample, Stack};
+use span_profile_core::{ExportError, Exporter, Profile, Stack};
 
 use crate::config::{
     base64, parse_endpoint, parse_header_list, percent_encode, ConfigError, Secret,
@@ -660,10 +660,9 @@ fn sub_profile(p: &Profile, indices: &[usize]) -> Profile {
                 truncated: stack.truncated,
             });
         }
-        q.samples.push(ProfileSample {
-            stack: stack_map[si],
-            ..s.clone()
-        });
+        let mut row = s.clone();
+        row.stack = stack_map[si];
+        q.samples.push(row);
     }
     q
 }

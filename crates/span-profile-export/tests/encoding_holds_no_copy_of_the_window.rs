@@ -41,31 +41,22 @@ fn busy_window() -> Profile {
     for i in 1..=SAMPLES {
         let trace_id = TraceId::from_u128(u128::from(i) << 64 | 0xabc).unwrap();
         let span_id = SpanId::from_u64(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).unwrap();
-        p.samples.push(ProfileSample {
-            stack: 0,
-            span: Some(SpanContext {
-                trace_id,
-                span_id,
-                local_root_span_id: span_id,
-            }),
-            route: route.clone(),
-            thread_name: thread.clone(),
-            task_name: None,
-            cpu_samples: 1,
-            wall_samples: 1,
-            cpu_ns: 10_000_000,
-            wall_ns: 10_000_000,
-        });
-        p.spans.push(SpanRecord {
+        let span = SpanContext {
             trace_id,
             span_id,
-            parent_span_id: None,
             local_root_span_id: span_id,
-            name: name.clone(),
-            route: Some(route.clone()),
-            start_unix_ns: i,
-            end_unix_ns: Some(i + 1),
-        });
+        };
+        p.samples.push(
+            ProfileSample::new(0, route.clone(), thread.clone())
+                .with_span(Some(span))
+                .with_cpu(1, 10_000_000)
+                .with_wall(1, 10_000_000),
+        );
+        p.spans.push(
+            SpanRecord::new(trace_id, span_id, span_id, name.clone(), i)
+                .with_route(Some(route.clone()))
+                .with_end_unix_ns(Some(i + 1)),
+        );
     }
     p
 }

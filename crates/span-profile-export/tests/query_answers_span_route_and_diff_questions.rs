@@ -52,16 +52,11 @@ fn checkout_window(version: &str, parse_date_samples: u64) -> Profile {
         span_id: sid(s),
         local_root_span_id: sid(1),
     };
-    let row = |stack, span: Option<SpanContext>, route: &str, n: u64| ProfileSample {
-        stack,
-        span,
-        route: Arc::from(route),
-        thread_name: Arc::from("worker"),
-        task_name: None,
-        cpu_samples: n,
-        wall_samples: n,
-        cpu_ns: n * PERIOD,
-        wall_ns: n * PERIOD,
+    let row = |stack, span: Option<SpanContext>, route: &str, n: u64| {
+        ProfileSample::new(stack, Arc::from(route), Arc::from("worker"))
+            .with_span(span)
+            .with_cpu(n, n * PERIOD)
+            .with_wall(n, n * PERIOD)
     };
     p.samples = vec![
         row(0, Some(ctx(2)), "/checkout", parse_date_samples),
@@ -71,15 +66,11 @@ fn checkout_window(version: &str, parse_date_samples: u64) -> Profile {
         row(0, None, "background", 4),
         row(4, None, "background", 100),
     ];
-    let span = |id: u64, parent: Option<u64>, name: &str, start, end| SpanRecord {
-        trace_id,
-        span_id: sid(id),
-        parent_span_id: parent.map(sid),
-        local_root_span_id: sid(1),
-        name: name.into(),
-        route: (id == 1).then(|| "/checkout".into()),
-        start_unix_ns: start,
-        end_unix_ns: Some(end),
+    let span = |id: u64, parent: Option<u64>, name: &str, start, end| {
+        SpanRecord::new(trace_id, sid(id), sid(1), name.into(), start)
+            .with_parent_span_id(parent.map(sid))
+            .with_route((id == 1).then(|| "/checkout".into()))
+            .with_end_unix_ns(Some(end))
     };
     p.spans = vec![
         span(1, None, "POST /checkout", 1_000_000_000, 1_800_000_000),

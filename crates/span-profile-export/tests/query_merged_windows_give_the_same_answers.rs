@@ -47,16 +47,11 @@ fn window(i: u64, parse: u64) -> Profile {
     p.frames = frames;
     let trace_id = TraceId::from_u128(0xabc + u128::from(i)).unwrap();
     let span_id = SpanId::from_u64(100 + i).unwrap();
-    let row = |stack, span, route: &str, n: u64| ProfileSample {
-        stack,
-        span,
-        route: Arc::from(route),
-        thread_name: Arc::from("w"),
-        task_name: None,
-        cpu_samples: n,
-        wall_samples: n,
-        cpu_ns: n * PERIOD,
-        wall_ns: n * PERIOD,
+    let row = |stack, span, route: &str, n: u64| {
+        ProfileSample::new(stack, Arc::from(route), Arc::from("w"))
+            .with_span(span)
+            .with_cpu(n, n * PERIOD)
+            .with_wall(n, n * PERIOD)
     };
     let ctx = SpanContext {
         trace_id,
@@ -67,16 +62,15 @@ fn window(i: u64, parse: u64) -> Profile {
         row(0, Some(ctx), "/orders", parse),
         row(1, None, "background", 50),
     ];
-    p.spans = vec![SpanRecord {
+    p.spans = vec![SpanRecord::new(
         trace_id,
         span_id,
-        parent_span_id: None,
-        local_root_span_id: span_id,
-        name: "GET /orders".into(),
-        route: Some("/orders".into()),
-        start_unix_ns: p.start_unix_ns,
-        end_unix_ns: Some(p.start_unix_ns + parse * PERIOD),
-    }];
+        span_id,
+        "GET /orders".into(),
+        p.start_unix_ns,
+    )
+    .with_route(Some("/orders".into()))
+    .with_end_unix_ns(Some(p.start_unix_ns + parse * PERIOD))];
     p.stats.ticks = 100;
     p.stats.effective_rate_millihz = 100_000;
     p

@@ -121,29 +121,35 @@ fn random_profile(rng: &mut XorShift) -> Profile {
         .collect();
     let n_stacks = p.stacks.len() as u64;
     p.samples = (0..rng.below(10))
-        .map(|_| ProfileSample {
-            stack: rng.below(n_stacks.max(1)) as u32,
-            span: (rng.below(2) == 0).then(|| spans[rng.below(spans.len() as u64) as usize]),
-            route: Arc::from(rng.pick(ODD)),
-            thread_name: Arc::from(rng.pick(ODD)),
-            task_name: (rng.below(2) == 0).then(|| Arc::from(rng.pick(ODD))),
-            cpu_samples: number(rng),
-            wall_samples: number(rng),
-            cpu_ns: number(rng),
-            wall_ns: number(rng),
+        .map(|_| {
+            // In the order the generator has always drawn them.
+            let stack = rng.below(n_stacks.max(1)) as u32;
+            let span = (rng.below(2) == 0).then(|| spans[rng.below(spans.len() as u64) as usize]);
+            let route = Arc::from(rng.pick(ODD));
+            let thread_name = Arc::from(rng.pick(ODD));
+            let task_name = (rng.below(2) == 0).then(|| Arc::from(rng.pick(ODD)));
+            let (cpu_samples, wall_samples) = (number(rng), number(rng));
+            let (cpu_ns, wall_ns) = (number(rng), number(rng));
+            ProfileSample::new(stack, route, thread_name)
+                .with_span(span)
+                .with_task_name(task_name)
+                .with_cpu(cpu_samples, cpu_ns)
+                .with_wall(wall_samples, wall_ns)
         })
         .collect();
     p.spans = spans
         .iter()
-        .map(|c| SpanRecord {
-            trace_id: c.trace_id,
-            span_id: c.span_id,
-            parent_span_id: (rng.below(2) == 0).then_some(c.local_root_span_id),
-            local_root_span_id: c.local_root_span_id,
-            name: rng.pick(ODD).into(),
-            route: (rng.below(2) == 0).then(|| rng.pick(ODD).into()),
-            start_unix_ns: number(rng),
-            end_unix_ns: (rng.below(2) == 0).then(|| number(rng)),
+        .map(|c| {
+            // In the order the generator has always drawn them.
+            let parent = (rng.below(2) == 0).then_some(c.local_root_span_id);
+            let name = rng.pick(ODD).into();
+            let route = (rng.below(2) == 0).then(|| rng.pick(ODD).into());
+            let start = number(rng);
+            let end = (rng.below(2) == 0).then(|| number(rng));
+            SpanRecord::new(c.trace_id, c.span_id, c.local_root_span_id, name, start)
+                .with_parent_span_id(parent)
+                .with_route(route)
+                .with_end_unix_ns(end)
         })
         .collect();
     p.stats.ticks = number(rng);

@@ -42,16 +42,12 @@ fn window(rng: &mut Rng, i: u64) -> Profile {
         .collect();
     let n_stacks = p.stacks.len() as u64;
     p.samples = (0..rng.below(30))
-        .map(|_| ProfileSample {
-            stack: rng.below(n_stacks + 1) as u32,
-            span: None,
-            route: Arc::from(rng.pick(&ROUTES)),
-            thread_name: Arc::from("t"),
-            task_name: None,
-            cpu_samples: rng.below(4),
-            wall_samples: rng.below(5),
-            cpu_ns: 0,
-            wall_ns: 0,
+        .map(|_| {
+            let stack = rng.below(n_stacks + 1) as u32;
+            let route = Arc::from(rng.pick(&ROUTES));
+            ProfileSample::new(stack, route, Arc::from("t"))
+                .with_cpu(rng.below(4), 0)
+                .with_wall(rng.below(5), 0)
         })
         .collect();
     p

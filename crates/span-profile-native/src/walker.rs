@@ -255,16 +255,13 @@ impl StackWalker for NativeWalker {
                         // The span (with its route), or none, current at the sample instant.
                         SpanSource::Resolved(Self::span_of(entry))
                     };
-                    sink.sample(&RawSample {
-                        key: ExecutionKey::thread(key),
-                        frames: &self.frames,
-                        truncated: entry.flags & F_TRUNCATED != 0,
-                        cpu_ns: entry.cpu_ns,
-                        thread_name: name,
-                        task_name: None,
-                        span,
-                        weight: entry.weight.max(1),
-                    });
+                    sink.sample(
+                        &RawSample::new(ExecutionKey::thread(key), &self.frames, name)
+                            .with_truncated(entry.flags & F_TRUNCATED != 0)
+                            .with_cpu_ns(entry.cpu_ns)
+                            .with_span(span)
+                            .with_weight(entry.weight.max(1)),
+                    );
                 }
                 tail = tail.wrapping_add(1);
                 // Release: our reads of the entry happen before the handler reuses it.

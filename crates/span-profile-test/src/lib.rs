@@ -80,16 +80,11 @@ impl StackWalker for FakeWalker {
     fn walk(&mut self, sink: &mut dyn StackSink) {
         self.walks.fetch_add(1, Ordering::Relaxed);
         for t in 0..self.threads {
-            sink.sample(&RawSample {
-                frames: &self.frames[t],
-                truncated: false,
-                cpu_ns: self.cpu_ns,
-                thread_name: &self.names[t],
-                task_name: None,
-                key: self.keys[t],
-                span: SpanSource::Registry,
-                weight: 1,
-            });
+            sink.sample(
+                &RawSample::new(self.keys[t], &self.frames[t], &self.names[t])
+                    .with_cpu_ns(self.cpu_ns)
+                    .with_span(SpanSource::Registry),
+            );
         }
     }
 

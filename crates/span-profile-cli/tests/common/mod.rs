@@ -109,16 +109,11 @@ impl StackWalker for ScriptWalker {
     fn walk(&mut self, sink: &mut dyn StackSink) {
         let i = self.current.load(Ordering::Relaxed);
         for (key, stack, name) in [(1, i, "request"), (2, 0, "idler")] {
-            sink.sample(&RawSample {
-                frames: &self.raw[stack],
-                truncated: false,
-                cpu_ns: 10_000_000,
-                thread_name: name,
-                task_name: None,
-                key: ExecutionKey::thread(key),
-                span: SpanSource::Registry,
-                weight: 1,
-            });
+            sink.sample(
+                &RawSample::new(ExecutionKey::thread(key), &self.raw[stack], name)
+                    .with_cpu_ns(10_000_000)
+                    .with_span(SpanSource::Registry),
+            );
         }
     }
 

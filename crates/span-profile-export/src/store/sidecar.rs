@@ -475,17 +475,11 @@ mod tests {
             (1, "background", 300),
             (0, "/checkout", 2),
         ] {
-            p.samples.push(ProfileSample {
-                stack,
-                span: None,
-                route: Arc::from(route),
-                thread_name: Arc::from("w"),
-                task_name: None,
-                cpu_samples: n / 2,
-                wall_samples: n,
-                cpu_ns: 0,
-                wall_ns: 0,
-            });
+            p.samples.push(
+                ProfileSample::new(stack, Arc::from(route), Arc::from("w"))
+                    .with_cpu(n / 2, 0)
+                    .with_wall(n, 0),
+            );
         }
         WindowSummary::from_profile(&p)
     }

@@ -21,17 +21,10 @@ pub fn ctx(span: &str) -> SpanContext {
 }
 
 pub fn sample(stack: u32, span: Option<&str>, route: &str, wall: u64, cpu: u64) -> ProfileSample {
-    ProfileSample {
-        stack,
-        span: span.map(ctx),
-        route: Arc::from(route),
-        thread_name: Arc::from("MainThread"),
-        task_name: None,
-        cpu_samples: cpu,
-        wall_samples: wall,
-        cpu_ns: cpu * 10_000_000,
-        wall_ns: wall * 10_000_000,
-    }
+    ProfileSample::new(stack, Arc::from(route), Arc::from("MainThread"))
+        .with_span(span.map(ctx))
+        .with_cpu(cpu, cpu * 10_000_000)
+        .with_wall(wall, wall * 10_000_000)
 }
 
 /// The seed scenario: a checkout service whose `pricing.calculate` span is slow in date
@@ -84,26 +77,23 @@ pub fn checkout_profile() -> Profile {
     p.samples[2].thread_name = Arc::from("worker-1");
     p.samples[3].task_name = Some(Arc::from("Task-7"));
     p.spans = vec![
-        SpanRecord {
-            trace_id: TRACE.parse().unwrap(),
-            span_id: ROOT.parse().unwrap(),
-            parent_span_id: None,
-            local_root_span_id: ROOT.parse().unwrap(),
-            name: "POST /checkout/{id}".into(),
-            route: Some("/checkout/{id}".into()),
-            start_unix_ns: 1_700_000_000_200_000_000,
-            end_unix_ns: Some(1_700_000_000_920_000_000),
-        },
-        SpanRecord {
-            trace_id: TRACE.parse().unwrap(),
-            span_id: CHILD.parse().unwrap(),
-            parent_span_id: Some(ROOT.parse().unwrap()),
-            local_root_span_id: ROOT.parse().unwrap(),
-            name: "pricing.calculate".into(),
-            route: None,
-            start_unix_ns: 1_700_000_000_250_000_000,
-            end_unix_ns: None,
-        },
+        SpanRecord::new(
+            TRACE.parse().unwrap(),
+            ROOT.parse().unwrap(),
+            ROOT.parse().unwrap(),
+            "POST /checkout/{id}".into(),
+            1_700_000_000_200_000_000,
+        )
+        .with_route(Some("/checkout/{id}".into()))
+        .with_end_unix_ns(Some(1_700_000_000_920_000_000)),
+        SpanRecord::new(
+            TRACE.parse().unwrap(),
+            CHILD.parse().unwrap(),
+            ROOT.parse().unwrap(),
+            "pricing.calculate".into(),
+            1_700_000_000_250_000_000,
+        )
+        .with_parent_span_id(Some(ROOT.parse().unwrap())),
     ];
     p.stats.ticks = 1000;
     p.stats.truncated_stacks = 12;

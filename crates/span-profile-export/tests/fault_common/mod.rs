@@ -33,17 +33,11 @@ pub fn window(service: &str, i: u64, kib: usize) -> Profile {
         frames: (0..frames as u32).collect(),
         truncated: false,
     });
-    p.samples.push(ProfileSample {
-        stack: 0,
-        span: None,
-        route: Arc::from("background"),
-        thread_name: Arc::from("main"),
-        task_name: None,
-        cpu_samples: i + 1,
-        wall_samples: i + 1,
-        cpu_ns: 1,
-        wall_ns: 1,
-    });
+    p.samples.push(
+        ProfileSample::new(0, Arc::from("background"), Arc::from("main"))
+            .with_cpu(i + 1, 1)
+            .with_wall(i + 1, 1),
+    );
     p
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use span_profile_core::internal::XorShift;
 use span_profile_core::{
-    ExecutionKey, Frame, RawFrame, RawSample, SpanSource, StackSink, StackWalker, WalkError,
+    ExecutionKey, Frame, RawFrame, RawSample, StackSink, StackWalker, WalkError,
 };
 
 use super::code::{CodeCache, CopyLimits};
@@ -553,16 +553,10 @@ impl<R: MemoryReader> PythonWalker<R> {
                 if truncated {
                     bump(&self.counters.truncated, 1);
                 }
-                let sample = RawSample {
-                    frames,
-                    truncated,
-                    cpu_ns: 0,
-                    thread_name: self.name.as_str(),
-                    task_name: None,
-                    key: ExecutionKey::thread(t.thread_id),
-                    span: SpanSource::Unknown,
-                    weight,
-                };
+                let key = ExecutionKey::thread(t.thread_id);
+                let sample = RawSample::new(key, frames, self.name.as_str())
+                    .with_truncated(truncated)
+                    .with_weight(weight);
                 self.ctx.emit_resolved(r, sink, sample);
                 return;
             }
@@ -630,16 +624,11 @@ impl<R: MemoryReader> PythonWalker<R> {
         if truncated {
             bump(&self.counters.truncated, 1);
         }
-        let sample = RawSample {
-            frames: &self.frame_walk.frames,
-            truncated,
-            cpu_ns: if elsewhere { 0 } else { used_ns },
-            thread_name: self.name.as_str(),
-            task_name: None,
-            key: ExecutionKey::thread(t.thread_id),
-            span: SpanSource::Unknown,
-            weight,
-        };
+        let key = ExecutionKey::thread(t.thread_id);
+        let sample = RawSample::new(key, &self.frame_walk.frames, self.name.as_str())
+            .with_truncated(truncated)
+            .with_cpu_ns(if elsewhere { 0 } else { used_ns })
+            .with_weight(weight);
         let resolution = self.ctx.emit(&self.reader, t.tstate, sink, sample);
         if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
             let copy = WalkedStack {
@@ -699,16 +688,11 @@ impl<R: MemoryReader> PythonWalker<R> {
         else {
             return;
         };
-        let sample = RawSample {
-            frames,
-            truncated,
-            cpu_ns,
-            thread_name: self.name.as_str(),
-            task_name: None,
-            key: ExecutionKey::thread(t.thread_id),
-            span: SpanSource::Unknown,
-            weight: 0,
-        };
+        let key = ExecutionKey::thread(t.thread_id);
+        let sample = RawSample::new(key, frames, self.name.as_str())
+            .with_truncated(truncated)
+            .with_cpu_ns(cpu_ns)
+            .with_weight(0);
         self.ctx.emit_resolved(resolution, sink, sample);
     }
 

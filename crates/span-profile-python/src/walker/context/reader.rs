@@ -455,11 +455,11 @@ impl ContextReader {
 
     fn hand(&self, span: ContextSpan, sink: &mut dyn StackSink, sample: RawSample<'_>) {
         match span {
-            ContextSpan::Known(span) => sink.sample(&RawSample {
-                task_name: self.task_name(),
-                span: SpanSource::Resolved(span),
-                ..sample
-            }),
+            ContextSpan::Known(span) => sink.sample(
+                &sample
+                    .with_task_name(self.task_name())
+                    .with_span(SpanSource::Resolved(span)),
+            ),
             ContextSpan::Unknown => sink.sample(&sample),
             // Counted in `ContextCounters::switched` (`stats()["context_switched"]`) and, as a
             // torn sample, in the window's stats.
