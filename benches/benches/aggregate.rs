@@ -4,8 +4,9 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use span_profile_core::internal::{Sample, WindowAggregator};
 use span_profile_core::labels::LabelValues;
-use span_profile_core::{Frame, RawFrame, Sample, SpanContext, SpanId, TraceId, WindowAggregator};
+use span_profile_core::{Frame, RawFrame, SpanContext, SpanId, TraceId};
 
 const STACKS: usize = 10_000;
 const DEPTH: usize = 20;

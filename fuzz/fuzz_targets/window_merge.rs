@@ -18,9 +18,9 @@ use std::collections::BTreeMap;
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use span_profile_core::labels::LabelValues;
+use span_profile_core::internal::{Sample, WindowAggregator};
 use span_profile_core::{
-    merge_windows, AggregatorLimits, Frame, Profile, RawFrame, Resource, Sample, SpanTable,
-    WindowAggregator, WindowMerger,
+    merge_windows, AggregatorLimits, Frame, Profile, RawFrame, Resource, SpanTable, WindowMerger,
 };
 use span_profile_fuzz::{per_route, per_span, profile, span_context, tally, tally_into, Shape};
 

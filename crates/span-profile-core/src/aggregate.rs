@@ -119,7 +119,8 @@ impl Recent {
 /// resolved through the symbolizer once per distinct raw frame.
 ///
 /// ```
-/// use span_profile_core::{Frame, RawFrame, Resource, WindowAggregator};
+/// use span_profile_core::internal::WindowAggregator;
+/// use span_profile_core::{Frame, RawFrame, Resource};
 /// use span_profile_core::labels::LabelValues;
 ///
 /// let mut agg = WindowAggregator::default();
@@ -128,7 +129,7 @@ impl Recent {
 /// agg.resolve_frames(&mut |r| Frame::new(format!("f{}", r.id), "a.py", r.line));
 /// let thread = agg.intern_thread_name("main");
 /// for _ in 0..3 {
-///     agg.add(span_profile_core::Sample { stack, span: None, route: LabelValues::BACKGROUND, thread, task: None }, 10_000_000, 10_000_000, 1);
+///     agg.add(span_profile_core::internal::Sample { stack, span: None, route: LabelValues::BACKGROUND, thread, task: None }, 10_000_000, 10_000_000, 1);
 /// }
 /// let mut spans = span_profile_core::SpanTable::default().drain_window();
 /// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &mut spans);
@@ -283,7 +284,8 @@ impl WindowAggregator {
     /// skipped. Steady state, it does not allocate.
     ///
     /// ```
-    /// use span_profile_core::{ExecutionKey, RawFrame, RawSample, Resource, WindowAggregator};
+    /// use span_profile_core::internal::WindowAggregator;
+    /// use span_profile_core::{ExecutionKey, RawFrame, RawSample, Resource};
     /// use span_profile_core::labels::LabelValues;
     ///
     /// let mut agg = WindowAggregator::default();

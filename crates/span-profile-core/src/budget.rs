@@ -14,7 +14,7 @@ const MAX_SLOWDOWN: u32 = 50;
 ///
 /// ```
 /// use std::time::{Duration, Instant};
-/// use span_profile_core::BudgetController;
+/// use span_profile_core::internal::BudgetController;
 ///
 /// let t0 = Instant::now();
 /// let mut b = BudgetController::new(0.01, Duration::from_millis(10), t0);
@@ -60,7 +60,7 @@ impl BudgetController {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use span_profile_core::BudgetController;
+    /// use span_profile_core::internal::BudgetController;
     ///
     /// let t0 = Instant::now();
     /// let mut b = BudgetController::new(0.01, Duration::from_millis(10), t0);

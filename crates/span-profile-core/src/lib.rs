@@ -48,8 +48,7 @@ mod spans;
 mod time;
 mod walker;
 
-pub use aggregate::{AggregatorLimits, Sample, StackIndex, WindowAggregator};
-pub use budget::BudgetController;
+pub use aggregate::AggregatorLimits;
 pub use export::{ExportError, Exporter};
 pub use frame::{Frame, FrameIndex, RawFrame, Stack};
 pub use id::{ParseIdError, SpanContext, SpanId, TraceId};
@@ -66,6 +65,8 @@ pub use walker::{RawSample, SpanSource, StackSink, StackWalker, WalkError};
 /// tests. Not a stable API.
 #[doc(hidden)]
 pub mod internal {
+    pub use crate::aggregate::{Sample, StackIndex, WindowAggregator};
+    pub use crate::budget::BudgetController;
     pub use crate::counters;
     pub use crate::rng::XorShift;
     pub use crate::runtime::SamplerHarness;

@@ -6,10 +6,11 @@
 
 use std::mem::size_of;
 
+use span_profile_core::internal::{Sample, WindowAggregator};
 use span_profile_core::labels::LabelValues;
 use span_profile_core::{
-    AggregatorLimits, ProfileSample, RawFrame, Resource, Sample, SpanContext, SpanId, SpanRecord,
-    SpanStart, SpanTable, TraceId, WindowAggregator,
+    AggregatorLimits, ProfileSample, RawFrame, Resource, SpanContext, SpanId, SpanRecord,
+    SpanStart, SpanTable, TraceId,
 };
 use span_profile_test::counting_allocator;
 
