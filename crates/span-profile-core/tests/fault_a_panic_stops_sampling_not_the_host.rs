@@ -143,3 +143,38 @@ fn a_panicking_exporter_costs_its_windows_only_and_is_logged_once() {
         log[0]
     );
 }
+
+/// Exports fine; panics when shut down.
+#[derive(Debug)]
+struct PanicsAtShutdown;
+
+impl Exporter for PanicsAtShutdown {
+    fn export(&self, _profile: Arc<Profile>) -> Result<(), ExportError> {
+        Ok(())
+    }
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> Result<(), ExportError> {
+        panic!("exporter shutdown bug");
+    }
+}
+
+#[test]
+fn a_panic_in_an_exporters_shutdown_is_counted_and_logged_and_the_others_still_shut_down() {
+    let (log, handler) = collect_log();
+    let good = InMemoryExporter::default();
+    let profiler = Profiler::builder()
+        .with_walker(FakeWalker::threads(1, 3))
+        .with_exporter(PanicsAtShutdown)
+        .with_exporter(good.clone())
+        .with_failure_log(handler)
+        .start()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let stats = profiler
+        .shutdown_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(stats.export_errors, 1, "{stats:?}");
+    assert_eq!(good.shutdowns(), 1, "the next exporter was still shut down");
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert!(log[0].contains("exporter shutdown bug"), "{log:?}");
+}

@@ -70,14 +70,24 @@ pub(super) fn export_loop(
             .fetch_add(used, Ordering::Relaxed);
         cpu_last = cpu;
     }
+    // A failed or panicking flush or shutdown is counted like a failed export, and a panic is
+    // logged once, as in `export`.
     for e in &exporters {
-        let flushed = catch_unwind(AssertUnwindSafe(|| e.force_flush()));
-        if !matches!(flushed, Ok(Ok(()))) {
-            counters.export_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        let _ = catch_unwind(AssertUnwindSafe(|| {
+        let calls: [&dyn Fn() -> Result<(), ExportError>; 2] = [&|| e.force_flush(), &|| {
             e.shutdown_with_timeout(shutdown_timeout)
-        }));
+        }];
+        for call in calls {
+            match catch_unwind(AssertUnwindSafe(call)) {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    counters.export_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(panic) => {
+                    failures.exporter_panicked(&*panic);
+                    counters.export_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
     }
     let _ = done.send(());
 }
