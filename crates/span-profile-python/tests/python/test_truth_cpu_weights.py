@@ -39,9 +39,12 @@ def _duty_thread(duty, stop, results):
 def _sleeper(stop, results):
     ns = {"stop": stop}
     exec("def only_sleeps():\n    while not stop.wait(0.5):\n        pass\n", ns)
-    start = time.thread_time()
     ns["only_sleeps"]()
-    results["only_sleeps"] = time.thread_time() - start
+    # All the CPU the thread ever used (the clock starts when the thread does): its first
+    # sample carries what it used before it got here, compiling `only_sleeps` included, so a
+    # delta from here would be less than the profile truly saw (CI: 2.7 ms measured against
+    # 5.3 ms in the profile, at a budget-lowered rate).
+    results["only_sleeps"] = time.thread_time()
 
 
 def _hasher(i, stop, results):
@@ -116,8 +119,9 @@ def assert_cpu_matches(output, measured, tolerance=0.10, frames=True):
     print(table)
     for function, used, in_frames, in_thread in rows:
         if function == "only_sleeps":
-            # A thread that only waits: at most 0.05 s of CPU a minute.
-            assert in_thread <= max(0.05 * RUN_S / 60, 1.5 * used), table
+            # A thread that only waits: at most 0.05 s of CPU a minute, or what it really used
+            # in all, if that is more (the profile can't see more than the thread used).
+            assert in_thread <= max(0.05 * RUN_S / 60, 1.1 * used), table
             continue
         assert used > 0.1, "the workload did not run: " + table
         assert abs(in_thread - used) <= tolerance * used, table
