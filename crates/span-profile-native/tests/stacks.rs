@@ -103,7 +103,15 @@ fn cpu_samples_show_the_call_path_a_b_c() {
         ours.len(),
         names(&mut w, &ours[0].frames)
     );
-    assert!(ours.iter().filter(|g| g.cpu_ns > 0).count() * 2 >= ours.len());
+    // How many wall samples find the thread on CPU depends on the machine's load (CI saw
+    // fewer than half on a loaded 2-core machine); the CPU they carry is checked against the
+    // thread's own CPU clock in cpu_weights.rs. Here: the spinning thread's CPU reaches its
+    // stack at all.
+    assert!(
+        ours.iter().any(|g| g.cpu_ns > 0),
+        "none of {} samples carried CPU time",
+        ours.len()
+    );
 }
 
 #[test]
