@@ -45,14 +45,16 @@ fn main() {
 /// in µs.
 fn run(threads: usize, secs: u64) -> f64 {
     let exporter = InMemoryExporter::default();
-    let profiler = Profiler::builder()
+    let builder = Profiler::builder();
+    let registry = builder.registry().clone();
+    let profiler = builder
         .with_service("bench")
         .with_sample_rate_hz(100)
         // At the full 100 Hz: the default 1% budget would stretch the interval and hide the
         // cost per tick.
         .with_overhead_budget(None)
         .with_window(Duration::from_secs(1))
-        .with_walker(FakeWalker::threads(threads, 30))
+        .with_walker(FakeWalker::threads(threads, 30).with_registry(registry.clone()))
         .with_exporter(exporter.clone())
         .start()
         .expect("profiler starts");

@@ -20,8 +20,10 @@
 //! use span_profile_core::{otel, Profiler};
 //! use span_profile_test::{FakeWalker, InMemoryExporter};
 //!
-//! let profiler = Profiler::builder()
-//!     .with_walker(FakeWalker::threads(1, 3))
+//! let builder = Profiler::builder();
+//! let registry = builder.registry().clone();
+//! let profiler = builder
+//!     .with_walker(FakeWalker::threads(1, 3).with_registry(registry.clone()))
 //!     .with_exporter(InMemoryExporter::default())
 //!     .start()
 //!     .unwrap();

@@ -1,6 +1,6 @@
 //! The stack-walker backend trait: how a runtime's stacks reach the sampler.
 
-use crate::{ActiveSpan, ExecutionKey, Frame, RawFrame};
+use crate::{ActiveSpan, ActiveSpanRegistry, ExecutionKey, Frame, RawFrame};
 
 /// One thread's or task's stack, as a walker hands it to the sampler.
 ///
@@ -43,7 +43,7 @@ impl<'a> RawSample<'a> {
     /// let frames = [RawFrame { id: 1, line: 10 }];
     /// let s = RawSample::new(ExecutionKey::thread(1), &frames, "main")
     ///     .with_cpu_ns(10_000_000)
-    ///     .with_span(SpanSource::Registry);
+    ///     .with_span(SpanSource::Resolved(None));
     /// assert_eq!((s.weight, s.truncated, s.task_name), (1, false, None));
     /// ```
     #[inline]
@@ -98,19 +98,36 @@ impl<'a> RawSample<'a> {
 }
 
 /// What a walker knows, per sample, of the span current on the stack: the one way a walker
-/// attributes a sample (ADR 0021).
+/// attributes a sample (ADR 0021). The sampler takes it as it is; it looks nothing up.
+///
+/// A walker whose spans are entered by hooks in an
+/// [`ActiveSpanRegistry`](crate::ActiveSpanRegistry) asks the registry itself, at the moment
+/// that is right for it (a signal handler at the sample instant, a walker on the sampling
+/// thread when it reports the stack):
+///
+/// ```
+/// use span_profile_core::{ActiveSpanRegistry, ExecutionKey, SpanSource};
+/// let registry = ActiveSpanRegistry::with_capacity(64);
+/// let key = ExecutionKey::thread(7);
+/// assert_eq!(SpanSource::current_in(&registry, key), SpanSource::Resolved(None));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpanSource {
-    /// The walker found it itself (the context running on the thread, or the registry read
-    /// at the sample instant by a signal handler): `Some` is the span, with its route; `None`
-    /// means that no span was current. The registry is not consulted.
+    /// The walker found it (the context running on the thread, or the registry entry of the
+    /// sample's thread or task): `Some` is the span, with its route; `None` means that no
+    /// span was current.
     Resolved(Option<ActiveSpan>),
-    /// Whatever the span hooks entered for the sample's [`RawSample::key`] in the profiler's
-    /// [`ActiveSpanRegistry`](crate::ActiveSpanRegistry), looked up by the sampler when it
-    /// takes the sample.
-    Registry,
     /// The walker cannot tell: the sample carries no span (route `background`).
     Unknown,
+}
+
+impl SpanSource {
+    /// The span that the hooks entered for `key` in `registry`, read now: the registry as a
+    /// helper a walker calls, never a stage of the sampler.
+    #[inline]
+    pub fn current_in(registry: &ActiveSpanRegistry, key: ExecutionKey) -> Self {
+        SpanSource::Resolved(registry.current(key))
+    }
 }
 
 /// Why a walker could not produce a sample. Each kind is counted, never logged on the sampling
@@ -155,20 +172,25 @@ pub trait StackSink {
 /// walker: the profiler caches the answer across windows.
 ///
 /// ```
+/// use std::sync::Arc;
 /// use span_profile_core::{
-///     ExecutionKey, Frame, RawFrame, RawSample, SpanSource, StackSink, StackWalker,
+///     ActiveSpanRegistry, ExecutionKey, Frame, RawFrame, RawSample, SpanSource, StackSink,
+///     StackWalker,
 /// };
 ///
-/// /// Reports one fixed stack for thread 1.
-/// struct OneStack;
+/// /// Reports one fixed stack for thread 1, with the span its hooks entered.
+/// struct OneStack {
+///     registry: Arc<ActiveSpanRegistry>,
+/// }
 /// impl StackWalker for OneStack {
 ///     fn walk(&mut self, sink: &mut dyn StackSink) {
 ///         let frames = [RawFrame { id: 1, line: 10 }, RawFrame { id: 2, line: 20 }];
+///         let key = ExecutionKey::thread(1);
 ///         sink.sample(
-///             &RawSample::new(ExecutionKey::thread(1), &frames, "main")
+///             &RawSample::new(key, &frames, "main")
 ///                 .with_cpu_ns(10_000_000)
 ///                 // The span the hooks entered for thread 1, if any.
-///                 .with_span(SpanSource::Registry),
+///                 .with_span(SpanSource::current_in(&self.registry, key)),
 ///         );
 ///     }
 ///     fn symbolize(&mut self, raw: RawFrame) -> Frame {

@@ -32,7 +32,7 @@ impl StackWalker for PanicsAt {
         sink.sample(
             &RawSample::new(ExecutionKey::thread(1), &frames, "main")
                 .with_cpu_ns(10_000_000)
-                .with_span(SpanSource::Registry),
+                .with_span(SpanSource::Resolved(None)),
         );
     }
     fn symbolize(&mut self, _raw: RawFrame) -> Frame {

@@ -40,7 +40,7 @@ impl StackWalker for Faulty {
                 &RawSample::new(ExecutionKey::thread(1), frames, name)
                     .with_truncated(truncated)
                     .with_cpu_ns(10_000_000)
-                    .with_span(SpanSource::Registry),
+                    .with_span(SpanSource::Resolved(None)),
             );
         }
         sink.error(WalkError::Skipped);

@@ -26,11 +26,17 @@ fn nested_spans_route_local_root_and_profile_id_attribute() {
     let key = ExecutionKey::current_thread();
     // It stands for a Pyroscope exporter at its default scope: samples under local roots.
     let exporter = InMemoryExporter::default().with_span_scope(SpanScope::LocalRoot);
-    let profiler = Profiler::builder()
+    let builder = Profiler::builder();
+    let registry = builder.registry().clone();
+    let profiler = builder
         .with_sample_rate_hz(500)
         // The fake walker samples this very thread's key, so samples show what the registry
         // published for it.
-        .with_walker(FakeWalker::threads(1, 2).with_keys(vec![key]))
+        .with_walker(
+            FakeWalker::threads(1, 2)
+                .with_registry(registry.clone())
+                .with_keys(vec![key]),
+        )
         .with_exporter(exporter.clone())
         .start()
         .unwrap();
@@ -126,8 +132,10 @@ fn profile_id(spans: &[SpanData], name: &str) -> Option<String> {
 #[test]
 fn with_all_spans_scope_every_span_carries_its_own_profile_id() {
     let _turn = take_turn();
-    let profiler = Profiler::builder()
-        .with_walker(FakeWalker::threads(1, 2))
+    let builder = Profiler::builder();
+    let registry = builder.registry().clone();
+    let profiler = builder
+        .with_walker(FakeWalker::threads(1, 2).with_registry(registry.clone()))
         .with_exporter(InMemoryExporter::default().with_span_scope(SpanScope::LocalRoot))
         .with_exporter(InMemoryExporter::default())
         .start()

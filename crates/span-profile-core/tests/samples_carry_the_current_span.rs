@@ -10,10 +10,12 @@ use span_profile_test::{FakeWalker, InMemoryExporter};
 #[test]
 fn span_ids_routes_and_background() {
     let exporter = InMemoryExporter::default();
-    let profiler = Profiler::builder()
+    let builder = Profiler::builder();
+    let registry = builder.registry().clone();
+    let profiler = builder
         .with_service("checkout")
         .with_sample_rate_hz(200)
-        .with_walker(FakeWalker::threads(2, 5))
+        .with_walker(FakeWalker::threads(2, 5).with_registry(registry.clone()))
         .with_exporter(exporter.clone())
         .start()
         .unwrap();

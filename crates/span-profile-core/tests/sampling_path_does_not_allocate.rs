@@ -1,4 +1,4 @@
-//! After warm-up, a sampler tick (walk, registry lookup, stamping, aggregation) allocates
+//! After warm-up, a sampler tick (walk with a registry lookup, stamping, aggregation) allocates
 //! nothing: the rule of the hot path, proved with a counting allocator (as pprof-rs does).
 
 use std::sync::Arc;
@@ -35,7 +35,12 @@ fn a_warm_tick_allocates_nothing() {
         });
         registry.enter(ExecutionKey::thread(t + 1), active);
     }
-    let mut h = SamplerHarness::new(FakeWalker::threads(64, 30), registry, spans, 100);
+    let mut h = SamplerHarness::new(
+        FakeWalker::threads(64, 30).with_registry(registry.clone()),
+        registry,
+        spans,
+        100,
+    );
     for _ in 0..10 {
         h.tick();
     }

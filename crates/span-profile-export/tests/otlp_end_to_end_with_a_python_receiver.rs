@@ -65,11 +65,13 @@ fn profiler_to_python_receiver() {
         .unwrap(),
     );
     let memory = InMemoryExporter::default();
-    let profiler = Profiler::builder()
+    let builder = Profiler::builder();
+    let registry = builder.registry().clone();
+    let profiler = builder
         .with_service("checkout")
         .with_sample_rate_hz(200)
         .with_window(Duration::from_millis(250))
-        .with_walker(FakeWalker::threads(2, 5))
+        .with_walker(FakeWalker::threads(2, 5).with_registry(registry.clone()))
         .with_exporter(memory.clone())
         .with_shared_exporter(std::sync::Arc::from(boxed))
         .with_shared_exporter(typed.clone())

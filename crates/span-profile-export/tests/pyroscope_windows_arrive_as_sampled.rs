@@ -26,11 +26,13 @@ fn per_span_cpu_samples_match_the_sampler() {
     )
     .unwrap();
     let memory = InMemoryExporter::default();
-    let profiler = Profiler::builder()
+    let builder = Profiler::builder();
+    let registry = builder.registry().clone();
+    let profiler = builder
         .with_service("checkout")
         .with_sample_rate_hz(200)
         .with_window(Duration::from_millis(200))
-        .with_walker(FakeWalker::threads(3, 6))
+        .with_walker(FakeWalker::threads(3, 6).with_registry(registry.clone()))
         .with_exporter(memory.clone())
         .with_exporter(pyro)
         .start()

@@ -109,7 +109,7 @@ impl NativeWalkerBuilder {
         }
         Ok(NativeWalker {
             table: t,
-            _registry: self.registry,
+            registry: self.registry,
             wall: self.wall,
             epoch,
             frames: Vec::with_capacity(MAX_DEPTH),
@@ -157,8 +157,9 @@ fn warm_symbolizer() {
 #[derive(Debug)]
 pub struct NativeWalker {
     table: &'static Table,
-    /// Keeps alive the registry whose pointer the handlers read (see `Drop`).
-    _registry: Option<Arc<ActiveSpanRegistry>>,
+    /// Keeps alive the registry whose pointer the handlers read (see `Drop`); the walker reads
+    /// it too, for an entry the handler did not stamp.
+    registry: Option<Arc<ActiveSpanRegistry>>,
     wall: bool,
     epoch: u64,
     frames: Vec<RawFrame>,
@@ -248,15 +249,19 @@ impl StackWalker for NativeWalker {
                         .map(|&ip| RawFrame { id: ip, line: 0 }),
                 );
                 if !self.frames.is_empty() {
+                    let key = ExecutionKey::thread(key);
                     let span = if entry.flags & F_SPAN_READ == 0 {
-                        // No registry in the handler: the sampler looks the span up now.
-                        SpanSource::Registry
+                        // The handler saw no registry: the span current now, if there is a
+                        // registry to ask (up to one tick after the sample instant).
+                        self.registry
+                            .as_deref()
+                            .map_or(SpanSource::Unknown, |r| SpanSource::current_in(r, key))
                     } else {
                         // The span (with its route), or none, current at the sample instant.
                         SpanSource::Resolved(Self::span_of(entry))
                     };
                     sink.sample(
-                        &RawSample::new(ExecutionKey::thread(key), &self.frames, name)
+                        &RawSample::new(key, &self.frames, name)
                             .with_truncated(entry.flags & F_TRUNCATED != 0)
                             .with_cpu_ns(entry.cpu_ns)
                             .with_span(span)

@@ -8,14 +8,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use span_profile_core::{
-    ExecutionKey, ExportError, Exporter, Frame, Profile, RawFrame, RawSample, SpanScope,
-    SpanSource, StackSink, StackWalker,
+    ActiveSpanRegistry, ExecutionKey, ExportError, Exporter, Frame, Profile, RawFrame, RawSample,
+    SpanScope, SpanSource, StackSink, StackWalker,
 };
 
 /// A walker that reports `threads` threads, each with a fixed stack of `depth` frames.
 /// Thread `i` has key `ExecutionKey::thread(i + 1)` and is named `worker-i`; frame `d` of
 /// thread `i` is function `fn_<d>` in `fake.py` (leaf `leaf_<i>`), so stacks are distinct per
-/// thread.
+/// thread. With [`FakeWalker::with_registry`], each sample carries the span the hooks
+/// entered for its thread in that registry; without, no span ([`SpanSource::Unknown`]).
 #[derive(Debug, Clone)]
 pub struct FakeWalker {
     threads: usize,
@@ -26,6 +27,7 @@ pub struct FakeWalker {
     /// Per-thread overrides of the thread key (e.g. to use real thread ids).
     keys: Vec<ExecutionKey>,
     walks: Arc<AtomicU64>,
+    registry: Option<Arc<ActiveSpanRegistry>>,
 }
 
 impl FakeWalker {
@@ -54,6 +56,7 @@ impl FakeWalker {
                 .map(|t| ExecutionKey::thread(t as u64 + 1))
                 .collect(),
             walks: Arc::new(AtomicU64::new(0)),
+            registry: None,
         }
     }
 
@@ -70,6 +73,13 @@ impl FakeWalker {
         self
     }
 
+    /// Reads each thread's span from `registry` as it reports the thread's stack (usually
+    /// `ProfilerBuilder::registry()`, which the span hooks feed).
+    pub fn with_registry(mut self, registry: Arc<ActiveSpanRegistry>) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
     /// How many times `walk` ran (shared between clones).
     pub fn walk_count(&self) -> Arc<AtomicU64> {
         self.walks.clone()
@@ -80,10 +90,15 @@ impl StackWalker for FakeWalker {
     fn walk(&mut self, sink: &mut dyn StackSink) {
         self.walks.fetch_add(1, Ordering::Relaxed);
         for t in 0..self.threads {
+            let key = self.keys[t];
+            let span = self
+                .registry
+                .as_deref()
+                .map_or(SpanSource::Unknown, |r| SpanSource::current_in(r, key));
             sink.sample(
-                &RawSample::new(self.keys[t], &self.frames[t], &self.names[t])
+                &RawSample::new(key, &self.frames[t], &self.names[t])
                     .with_cpu_ns(self.cpu_ns)
-                    .with_span(SpanSource::Registry),
+                    .with_span(span),
             );
         }
     }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use span_profile_core::{
-    ActiveSpan, ExecutionKey, Frame, Profiler, RawFrame, RawSample, SpanId, SpanSource, SpanStart,
-    StackSink, StackWalker, TraceId,
+    ActiveSpan, ActiveSpanRegistry, ExecutionKey, Frame, Profiler, RawFrame, RawSample, SpanId,
+    SpanSource, SpanStart, StackSink, StackWalker, TraceId,
 };
 use span_profile_export::FileStore;
 
@@ -81,8 +81,10 @@ impl Script {
         self.current.store(i, Ordering::Relaxed);
     }
 
-    pub fn walker(&self) -> ScriptWalker {
+    /// The walker; it reads each thread's span from `registry`, which [`start_span`] feeds.
+    pub fn walker(&self, registry: Arc<ActiveSpanRegistry>) -> ScriptWalker {
         ScriptWalker {
+            registry,
             current: self.current.clone(),
             raw: STACKS
                 .iter()
@@ -101,6 +103,7 @@ impl Script {
 
 #[derive(Debug)]
 pub struct ScriptWalker {
+    registry: Arc<ActiveSpanRegistry>,
     current: Arc<AtomicUsize>,
     raw: Vec<Vec<RawFrame>>,
 }
@@ -109,10 +112,11 @@ impl StackWalker for ScriptWalker {
     fn walk(&mut self, sink: &mut dyn StackSink) {
         let i = self.current.load(Ordering::Relaxed);
         for (key, stack, name) in [(1, i, "request"), (2, 0, "idler")] {
+            let key = ExecutionKey::thread(key);
             sink.sample(
-                &RawSample::new(ExecutionKey::thread(key), &self.raw[stack], name)
+                &RawSample::new(key, &self.raw[stack], name)
                     .with_cpu_ns(10_000_000)
-                    .with_span(SpanSource::Registry),
+                    .with_span(SpanSource::current_in(&self.registry, key)),
             );
         }
     }
@@ -136,13 +140,15 @@ pub fn profiler_with_window(
     script: &Script,
     window: Duration,
 ) -> Profiler {
-    Profiler::builder()
+    let builder = Profiler::builder();
+    let registry = builder.registry().clone();
+    builder
         .with_window(window)
         .with_service(service)
         .with_version(version)
         .with_instance("test-1")
         .with_sample_rate_hz(100)
-        .with_walker(script.walker())
+        .with_walker(script.walker(registry))
         .with_exporter(FileStore::new(dir))
         .start()
         .unwrap()

@@ -17,7 +17,7 @@ use crate::{Exporter, Profile, Resource, StackWalker};
 
 use super::export_thread::export_loop;
 use super::sampler::{Sampler, SamplerSetup, StackWalkerDebug, WallClock};
-use super::{Counters, Profiler, StartError};
+use super::{Counters, LazyRegistry, Profiler, StartError};
 
 /// Configures and starts a [`Profiler`].
 ///
@@ -54,7 +54,9 @@ pub struct ProfilerBuilder {
     failure_log: HandlerField,
     limits: AggregatorLimits,
     overhead_budget: Option<f64>,
-    registry: Arc<ActiveSpanRegistry>,
+    /// Made on first ask ([`ProfilerBuilder::registry`], [`Profiler::registry`]): a profiler
+    /// whose walker reads spans another way never holds one.
+    registry: LazyRegistry,
     spans: Arc<SpanTable>,
     clock: WallClock,
 }
@@ -74,7 +76,7 @@ impl Default for ProfilerBuilder {
             failure_log: HandlerField(Arc::new(log_to_stderr)),
             limits: AggregatorLimits::default(),
             overhead_budget: Some(0.01),
-            registry: Arc::new(ActiveSpanRegistry::default()),
+            registry: LazyRegistry::default(),
             spans: Arc::new(SpanTable::default()),
             clock: WallClock::default(),
         }
@@ -163,8 +165,11 @@ impl ProfilerBuilder {
         self
     }
     /// Uses an existing registry (span hooks may be installed before the profiler starts).
+    /// The sampler never reads it: walkers that attribute samples through a registry ask it
+    /// themselves ([`SpanSource::current_in`](crate::SpanSource::current_in)); each window
+    /// reports its loss counters.
     pub fn with_registry(mut self, registry: Arc<ActiveSpanRegistry>) -> Self {
-        self.registry = registry;
+        self.registry = LazyRegistry::with(registry);
         self
     }
     /// Uses an existing span table.
@@ -179,9 +184,10 @@ impl ProfilerBuilder {
         self.clock = WallClock(Some(Arc::new(clock)));
         self
     }
-    /// The registry that span hooks must feed.
+    /// The registry for span hooks to feed and walkers to read, made (with the default
+    /// capacity) on first ask unless [`with_registry`](Self::with_registry) gave one.
     pub fn registry(&self) -> &Arc<ActiveSpanRegistry> {
-        &self.registry
+        self.registry.get()
     }
     /// Problems found in `OTEL_RESOURCE_ATTRIBUTES` (the good entries are used).
     pub fn resource_problems(&self) -> &[ResourceAttributeError] {
@@ -327,5 +333,24 @@ struct HandlerField(FailureHandler);
 impl std::fmt::Debug for HandlerField {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("FailureHandler")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Profiler;
+
+    #[test]
+    fn no_registry_is_made_until_someone_asks_for_one() {
+        let b = Profiler::builder();
+        assert!(b.registry.made().is_none());
+        let r = b.registry().clone();
+        let again = b.registry();
+        assert!(Arc::ptr_eq(&r, again), "one registry, made once");
+
+        let given = Arc::new(ActiveSpanRegistry::with_capacity(64));
+        let b = Profiler::builder().with_registry(given.clone());
+        assert!(Arc::ptr_eq(b.registry.made().unwrap(), &given));
     }
 }

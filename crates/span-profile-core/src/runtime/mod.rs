@@ -15,7 +15,7 @@ pub use builder::ProfilerBuilder;
 pub use sampler::SamplerHarness;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -96,11 +96,34 @@ crate::counters! {
     }
 }
 
+/// The profiler's registry, made on first ask and shared by the builder, the profiler and the
+/// sampler (which reads only its loss counters, once per window).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LazyRegistry(Arc<OnceLock<Arc<ActiveSpanRegistry>>>);
+
+impl LazyRegistry {
+    /// One that holds `registry` already.
+    pub(crate) fn with(registry: Arc<ActiveSpanRegistry>) -> Self {
+        Self(Arc::new(OnceLock::from(registry)))
+    }
+
+    /// The registry, made with the default capacity if it does not exist yet.
+    pub(crate) fn get(&self) -> &Arc<ActiveSpanRegistry> {
+        self.0
+            .get_or_init(|| Arc::new(ActiveSpanRegistry::default()))
+    }
+
+    /// The registry if anyone made it.
+    pub(crate) fn made(&self) -> Option<&Arc<ActiveSpanRegistry>> {
+        self.0.get()
+    }
+}
+
 /// A running profiler. Dropping it stops it (with a 5 s timeout).
 #[derive(Debug)]
 pub struct Profiler {
     span_scope: SpanScope,
-    registry: Arc<ActiveSpanRegistry>,
+    registry: LazyRegistry,
     spans: Arc<SpanTable>,
     counters: Arc<Counters>,
     failures: Arc<FailureLog>,
@@ -115,9 +138,11 @@ impl Profiler {
         ProfilerBuilder::default()
     }
 
-    /// The registry that span hooks feed.
+    /// The registry for span hooks to feed and walkers to read: the builder's, or one made
+    /// now (with the default capacity) if nobody asked for one before. Its loss counters are
+    /// reported in every window from the one it is made in.
     pub fn registry(&self) -> &Arc<ActiveSpanRegistry> {
-        &self.registry
+        self.registry.get()
     }
 
     /// Why sampling stopped, if a failure stopped it (the message that was logged).

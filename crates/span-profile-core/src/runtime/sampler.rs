@@ -19,7 +19,7 @@ use crate::{
     Frame, Profile, RawFrame, RawSample, Resource, SpanSource, StackSink, StackWalker, WalkError,
 };
 
-use super::Counters;
+use super::{Counters, LazyRegistry};
 
 /// The wall clock that windows are aligned to, in Unix nanoseconds: the system clock, or a
 /// test clock that jumps (see [`ProfilerBuilder::with_wall_clock`]).
@@ -56,7 +56,8 @@ impl std::fmt::Debug for dyn StackWalkerDebug {
 
 pub(super) struct Sampler {
     walker: Box<dyn StackWalkerDebug>,
-    registry: Arc<ActiveSpanRegistry>,
+    /// Only its loss counters are read, at each window close.
+    registry: LazyRegistry,
     spans: Arc<SpanTable>,
     agg: WindowAggregator,
     resource: Resource,
@@ -110,7 +111,7 @@ fn window_end(now_ns: u64, window_ns: u64) -> u64 {
 /// Everything a [`Sampler`] is made of that its caller decides.
 pub(super) struct SamplerSetup {
     pub(super) walker: Box<dyn StackWalkerDebug>,
-    pub(super) registry: Arc<ActiveSpanRegistry>,
+    pub(super) registry: LazyRegistry,
     pub(super) spans: Arc<SpanTable>,
     pub(super) limits: AggregatorLimits,
     pub(super) resource: Resource,
@@ -134,7 +135,11 @@ impl Sampler {
         let (win_tx, win_rx) = s.windows;
         Self {
             walker: s.walker,
-            registry_seen: s.registry.loss_counters(),
+            registry_seen: s
+                .registry
+                .made()
+                .map(|r| r.loss_counters())
+                .unwrap_or_default(),
             registry: s.registry,
             spans: s.spans,
             agg: WindowAggregator::new(s.limits),
@@ -314,7 +319,12 @@ impl Sampler {
         profile.stats.agent_cpu_ns = sampler_cpu_ns + exporter_cpu;
         profile.stats.dropped_windows = std::mem::take(&mut self.pending_dropped_windows);
         profile.stats.export_errors = 0;
-        let registry = self.registry.loss_counters();
+        // A registry made after the last close starts from zero.
+        let registry = self
+            .registry
+            .made()
+            .map(|r| r.loss_counters())
+            .unwrap_or_default();
         let seen = std::mem::replace(&mut self.registry_seen, registry);
         profile.stats.registry_full = registry.full.saturating_sub(seen.full);
         profile.stats.unmatched_exits = registry
@@ -371,7 +381,6 @@ impl StackSink for TickSink<'_> {
     fn sample(&mut self, s: &RawSample<'_>) {
         let active = match s.span {
             SpanSource::Resolved(active) => active,
-            SpanSource::Registry => self.sampler.registry.current(s.key),
             SpanSource::Unknown => None,
         };
         self.record(s, active);
@@ -448,7 +457,7 @@ impl SamplerHarness {
         Self {
             sampler: Sampler::new(SamplerSetup {
                 walker: Box::new(walker),
-                registry,
+                registry: LazyRegistry::with(registry),
                 spans,
                 limits: AggregatorLimits::default(),
                 resource: Resource::default(),

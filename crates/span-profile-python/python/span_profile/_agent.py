@@ -22,8 +22,7 @@ TASK_TAG = contextvars.ContextVar("span_profile.task_tag", default=None)
 STATS_KEYS = (
     "ticks", "samples", "windows", "exported_windows", "dropped_windows", "export_errors", "walk_errors",
     "dropped_samples", "sampler_cpu_ns", "exporter_cpu_ns", "missed_ticks", "truncated_stacks",
-    "skipped_threads", "label_overflow", "dropped_spans", "torn_samples", "registry_active_keys", "registry_full",
-    "registry_unmatched_exits", "registry_contended_reads", "spans_started", "spans_ended",
+    "skipped_threads", "label_overflow", "dropped_spans", "torn_samples", "spans_started", "spans_ended",
     "hook_errors", "links_unwritten", "span_objects", "span_objects_full", "span_objects_evicted",
     "span_objects_contended_reads",
 )
@@ -228,8 +227,7 @@ def _current_active(native):
 
 def stats():
     """Counters of the running agent, or of the last one after it stopped (all zero if none
-    ran): samples, windows, exports, drops and errors of the profiler; active keys, full slots
-    and unmatched exits of the span registry; spans started/ended and hook errors of the
+    ran): samples, windows, exports, drops and errors of the profiler; spans started/ended and hook errors of the
     Python hooks; ``links_unwritten`` (spans with samples whose attributes had no room for
     ``pyroscope.profile.id``); ``span_objects`` (spans listed for the sampler), ``span_objects_full``,
     ``span_objects_evicted`` and ``span_objects_contended_reads`` (lookups that gave no span

@@ -10,9 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use span_profile_core::{
-    ActiveSpanRegistry, ExportError, Profiler, ProfilerStats, SpanTable, StartError,
-};
+use span_profile_core::{ExportError, Profiler, ProfilerStats, SpanTable, StartError};
 use span_profile_export::{exporter_for_output, parse_output, ExporterEnv, Output};
 
 use super::context::{PyActiveSpan, TaskTag};
@@ -31,7 +29,6 @@ pub(crate) struct NativeAgent {
     final_stats: Mutex<Option<ProfilerStats>>,
     /// What stopped sampling, if a failure did (kept across `stop`).
     final_failure: Mutex<Option<String>>,
-    registry: Arc<ActiveSpanRegistry>,
     /// What the span processor records spans in, while this agent is installed.
     recorder: Arc<SpanRecorder>,
     /// Whether the sampler reads OpenTelemetry's current context (else no sample has a span).
@@ -155,16 +152,12 @@ impl NativeAgent {
             read_mode,
             walker::own_package_dir(py),
         );
-        // Nothing enters spans here: the sampler reads OpenTelemetry's own context, and spans
-        // resolve through the span-object table (ADR 0011); a sample whose context cannot be
-        // read says `SpanSource::Unknown`. No sample asks the registry, which the builder
-        // still requires: it gets the smallest table (64 slots) rather than the default 4,096,
-        // as every slot is written at start.
-        let registry = Arc::new(ActiveSpanRegistry::with_capacity(64));
+        // No registry: the sampler reads OpenTelemetry's own context, and spans resolve
+        // through the span-object table (ADR 0011); a sample whose context cannot be read
+        // says `SpanSource::Unknown`.
         let spans = Arc::new(SpanTable::default());
         let profiler = builder
             .with_resource(resource)
-            .with_registry(registry.clone())
             .with_span_table(spans.clone())
             .with_shared_exporter(Arc::from(exporter))
             .with_walker(walker)
@@ -176,7 +169,6 @@ impl NativeAgent {
             profiler: Mutex::new(Some(profiler)),
             final_stats: Mutex::new(None),
             final_failure: Mutex::new(None),
-            registry,
             recorder: Arc::new(SpanRecorder::new(spans, span_objects, link_scope)),
             reads_otel_context,
             walker_handles,
@@ -312,10 +304,9 @@ impl NativeAgent {
         self.resource_problems.clone()
     }
 
-    /// Counters: the profiler's, the registry's and the hooks'.
+    /// Counters: the profiler's and the hooks'.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let p = self.profiler_stats();
-        let r = self.registry.stats();
         let c = &self.recorder.counters;
         let d = PyDict::new(py);
         d.set_item("running", self.running())?;
@@ -339,10 +330,6 @@ impl NativeAgent {
         d.set_item("torn_samples", p.torn_samples)?;
         d.set_item("failed", p.failed)?;
         d.set_item("failure", self.failure())?;
-        d.set_item("registry_active_keys", r.active_keys)?;
-        d.set_item("registry_full", r.full)?;
-        d.set_item("registry_unmatched_exits", r.unmatched_exits)?;
-        d.set_item("registry_contended_reads", r.contended_reads)?;
         d.set_item("spans_started", c.spans_started.load(Ordering::Relaxed))?;
         d.set_item("spans_ended", c.spans_ended.load(Ordering::Relaxed))?;
         d.set_item("hook_errors", c.hook_errors.load(Ordering::Relaxed))?;

@@ -78,7 +78,6 @@ def run_churn(tmp_path):
     assert rss1 - rss0 < 16 * 1024, "RSS grew %d KiB over %d threads" % (rss1 - rss0, threads)
     # 1000 Hz asked; a loaded 2-core machine gives the sampler far less, but never none.
     assert after["ticks"] - before["ticks"] >= 100, "the sampler stalled under churn"
-    assert final["registry_active_keys"] == 0
     assert final["exported_windows"] == final["windows"] and final["export_errors"] == 0
     windows = read_all(agent.output)
     assert sum(p.meta["stats"]["walk_errors"] for p in windows) == final["walk_errors"]
