@@ -8,22 +8,20 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use span_profile_core::{
     Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
 };
+use span_profile_test::XorShift;
 
 const STACKS: usize = 10_000;
 
-/// xorshift64*, so every run encodes the same window.
-struct Rng(u64);
+/// The workspace's generator with a fixed seed, so every run encodes the same window.
+struct Rng(XorShift);
 impl Rng {
     fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+        self.0.below(n as u64) as usize
     }
 }
 
 fn window() -> Profile {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng(XorShift(0x9e37_79b9_7f4a_7c15));
     let (resource, _) = Resource::from_vars(
         Some("checkout"),
         Some("service.version=1.4.2,deployment.environment=prod,service.instance.id=web-7f9c-42"),

@@ -12,13 +12,8 @@ use span_profile_core::{
 pub const STACKS: usize = 10_000;
 
 pub fn window(ago: Duration) -> Profile {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move |n: usize| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % n as u64) as usize
-    };
+    let mut rng = span_profile_test::XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut next = move |n: usize| rng.below(n as u64) as usize;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

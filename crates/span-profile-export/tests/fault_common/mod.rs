@@ -17,12 +17,10 @@ pub fn window(service: &str, i: u64, kib: usize) -> Profile {
         1,
         1,
     );
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ i;
+    let mut rng = span_profile_test::XorShift(0x9e37_79b9_7f4a_7c15 ^ i);
     let frames = kib * 1024 / 24;
     for f in 0..frames {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         p.frames.push(Frame::new(
             format!("{x:016x}{:08x}", x >> 32),
             "a.py",
