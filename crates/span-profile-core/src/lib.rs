@@ -58,7 +58,7 @@ pub use merge::{merge_windows, MergeError, WindowMerger};
 pub use profile::{Profile, ProfileSample, SpanRecord, WindowInfo, WindowStats};
 pub use registry::{ActiveSpan, ActiveSpanRegistry, AtomicActiveSpan, RegistryStats};
 pub use runtime::{Profiler, ProfilerBuilder, ProfilerStats, StartError};
-pub use spans::{SpanEnd, SpanScope, SpanStart, SpanTable, SpanTableLimits, WindowSpans};
+pub use spans::{SpanEnd, SpanScope, SpanStart, SpanTable, SpanTableLimits};
 pub use walker::{RawSample, SpanSource, StackSink, StackWalker, WalkError};
 
 /// Internals exposed for the workspace's other crates, fuzz targets, benches and allocation
@@ -70,5 +70,6 @@ pub mod internal {
     pub use crate::counters;
     pub use crate::rng::XorShift;
     pub use crate::runtime::SamplerHarness;
+    pub use crate::spans::WindowSpans;
     pub use crate::time::{now_unix_ns, unix_ns};
 }

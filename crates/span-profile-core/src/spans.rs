@@ -332,7 +332,8 @@ impl SpanTable {
     /// by whichever application thread ends a span when it fills, it would leave its high-water
     /// mark in several of malloc's per-thread arenas. The table keeps the largest buffer it was
     /// given, so its capacity stays at the busiest window's. Optional: without it, buffers are
-    /// freed.
+    /// freed. For the sampler and the window specs; not a stable API.
+    #[doc(hidden)]
     pub fn recycle(&self, window: WindowSpans) {
         let mut buffer = window.spans;
         // The records are dropped here, outside the lock.
@@ -350,7 +351,9 @@ impl SpanTable {
 
     /// Closes a window: returns the spans that ended since the last drain plus those still
     /// open that started or were current during it, the route table and the count of span
-    /// records dropped since the last drain.
+    /// records dropped since the last drain. For the sampler, the window specs and fuzz; not
+    /// a stable API.
+    #[doc(hidden)]
     pub fn drain_window(&self) -> WindowSpans {
         // Marks from two windows back are forgotten: their spans have ended or crossed. This
         // clears 128 KiB, so it is done before taking the lock the span hooks wait on.
