@@ -30,6 +30,7 @@ macro_rules! out {
 mod args;
 mod compact;
 mod diff;
+mod export;
 mod flame;
 mod link;
 mod overhead;
@@ -126,6 +127,13 @@ enum Command {
         #[command(flatten)]
         args: flame::FlameArgs,
     },
+    /// A selection's samples as a file for other tools: pprof, collapsed stacks or speedscope.
+    Export {
+        /// The store directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        args: export::ExportArgs,
+    },
     /// The URL (or command) that opens one span's profile.
     Link {
         #[command(flatten)]
@@ -161,6 +169,7 @@ fn main() -> ExitCode {
             diff::run(s, args, json).map(|grew| if grew { EXIT_REGRESSION } else { 0 })
         }),
         Command::Flame { dir, args } => with_store(dir, threads, |s| flame::run(s, args, json)),
+        Command::Export { dir, args } => with_store(dir, threads, |s| export::run(s, args, json)),
         Command::Link { args } => link::run(args, json).map(|()| 0),
         Command::Compact { dir, args } => with_store(dir, threads, |s| compact::run(s, args, json)),
         Command::Overhead { args } => overhead::run(args, json),

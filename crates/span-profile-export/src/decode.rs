@@ -12,7 +12,7 @@ use span_profile_core::{
 };
 
 use crate::encode::{keys, SAMPLE_TYPES};
-use crate::meta::{MetaIn, META_PREFIX, META_VERSION};
+use crate::meta::{MetaField, MetaIn, META_PREFIX, META_VERSION};
 use crate::pprof;
 use rustc_hash::FxHashMap;
 
@@ -90,16 +90,21 @@ pub enum DecodeError {
         /// What is wrong with it.
         source: ParseIdError,
     },
-    /// The `span-profile.meta=` comment is not valid JSON of a known layout.
-    #[error("the span-profile.meta comment is malformed ({0}); the file was not written by a compatible span-profile")]
+    /// The span-profile metadata (resource, window stats, span table: a field of its own, or a
+    /// `span-profile.meta=` comment in files written before ADR 0024) is not valid JSON of a
+    /// known layout.
+    #[error("the span-profile metadata (span table) is malformed ({0}); the file was not written by a compatible span-profile")]
     Meta(#[source] serde_json::Error),
-    /// The meta comment's contents contradict the samples.
-    #[error("the span-profile.meta comment does not match the samples: {0}")]
+    /// The metadata's contents contradict the samples.
+    #[error("the span-profile metadata (span table) does not match the samples: {0}")]
     MetaMismatch(String),
 }
 
 /// Decodes a pprof profile, gzip-compressed or not, into a [`Profile`]: the inverse of
 /// [`crate::encode_pprof`]. Never panics, whatever the bytes.
+///
+/// The resource, window stats and span table are read from the field the encoder writes them
+/// to (ADR 0024), or, in files written before it, from the `span-profile.meta=` comment.
 ///
 /// Profiles that other tools wrote (for example Go's `runtime/pprof`) decode with defaults:
 /// a default [`Resource`], no spans, and samples typed by name (`samples/count`,
@@ -129,12 +134,19 @@ pub fn decode_pprof(data: &[u8]) -> Result<Profile, DecodeError> {
                 limit: MAX_DECOMPRESSED_LEN,
             });
         }
-        pprof::Profile::decode(raw.as_slice())
+        decode_message(&raw)
     } else {
-        pprof::Profile::decode(data)
-    }
-    .map_err(DecodeError::Protobuf)?;
-    from_message(&msg)
+        decode_message(data)
+    }?;
+    from_message(&msg.0, msg.1.meta.as_deref())
+}
+
+/// The pprof message, and its meta field on its own (prost skips a field a message does not
+/// declare, so each decode skips what the other reads).
+fn decode_message(raw: &[u8]) -> Result<(pprof::Profile, MetaField), DecodeError> {
+    let msg = pprof::Profile::decode(raw).map_err(DecodeError::Protobuf)?;
+    let meta = MetaField::decode(raw).map_err(DecodeError::Protobuf)?;
+    Ok((msg, meta))
 }
 
 /// Looks strings up with bounds checks.
@@ -162,7 +174,12 @@ fn unsigned(v: i64) -> u64 {
     v as u64
 }
 
-pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError> {
+/// The profile in `msg`, with the meta document `meta` (the field's bytes) if there is one,
+/// else the one in a `span-profile.meta=` comment.
+pub(crate) fn from_message(
+    msg: &pprof::Profile,
+    meta: Option<&[u8]>,
+) -> Result<Profile, DecodeError> {
     if msg.string_table.is_empty() {
         return Err(DecodeError::Empty);
     }
@@ -171,12 +188,18 @@ pub(crate) fn from_message(msg: &pprof::Profile) -> Result<Profile, DecodeError>
     }
     let strings = Strings(&msg.string_table);
 
-    let mut meta: Option<MetaIn> = None;
-    for (i, &c) in msg.comment.iter().enumerate() {
-        let text = strings.get(c, || format!("comment {i}"))?;
-        if let Some(json) = text.strip_prefix(META_PREFIX) {
-            meta = Some(serde_json::from_str(json).map_err(DecodeError::Meta)?);
-            break;
+    let mut meta: Option<MetaIn> = match meta {
+        Some(json) => Some(serde_json::from_slice(json).map_err(DecodeError::Meta)?),
+        None => None,
+    };
+    // Files written before ADR 0024 carry it in a comment.
+    if meta.is_none() {
+        for (i, &c) in msg.comment.iter().enumerate() {
+            let text = strings.get(c, || format!("comment {i}"))?;
+            if let Some(json) = text.strip_prefix(META_PREFIX) {
+                meta = Some(serde_json::from_str(json).map_err(DecodeError::Meta)?);
+                break;
+            }
         }
     }
     if let Some(m) = &meta {

@@ -7,7 +7,7 @@ use flate2::Compression;
 use prost::Message;
 use span_profile_core::{Profile, SpanContext, SpanId, TraceId};
 
-use crate::meta::{stack_override, MetaOut, META_PREFIX, META_VERSION};
+use crate::meta::{stack_override, MetaOut, META_FIELD, META_VERSION};
 use crate::pprof;
 use rustc_hash::FxHashMap;
 
@@ -44,8 +44,9 @@ pub(crate) mod keys {
 /// Encodes one window as gzip-compressed pprof (a `.pb.gz`), readable by `go tool pprof`.
 ///
 /// Everything pprof has no field for (the resource, the window stats, the span table) travels
-/// in one `comment` starting with `span-profile.meta=`, so [`crate::decode_pprof`] gives back
-/// an equal [`Profile`].
+/// as one JSON document in a field that pprof does not define (ADR 0024), so
+/// [`crate::decode_pprof`] gives back an equal [`Profile`], while `go tool pprof` and other
+/// standard readers skip it: the profile has no comment, and shows as plain pprof.
 ///
 /// ```
 /// use span_profile_core::{Profile, Resource};
@@ -62,7 +63,7 @@ pub fn encode_pprof(profile: &Profile) -> Vec<u8> {
         write_pprof_with(profile, &EncodeOptions::FILE, meta, &mut enc)?;
         enc.finish()
     };
-    // Writing to a Vec<u8>, through gzip or not, cannot fail: only a streamed meta comment
+    // Writing to a Vec<u8>, through gzip or not, cannot fail: only a streamed meta document
     // can (see `MetaString::write`), and the held form cannot.
     gzip_with(MetaMode::Streamed)
         .or_else(|_| gzip_with(MetaMode::Held))
@@ -74,7 +75,7 @@ pub fn encode_pprof(profile: &Profile) -> Vec<u8> {
 /// disk this way.
 ///
 /// On an error `out` may hold part of a file, so write to a temporary file and rename it
-/// once this returns. The meta comment is serialized twice (to learn its length, then to
+/// once this returns. The meta document is serialized twice (to learn its length, then to
 /// write it); if the two passes ever disagreed this fails with [`std::io::ErrorKind::Other`],
 /// and [`encode_pprof`], which can hold it, still encodes the window.
 ///
@@ -140,7 +141,7 @@ pub(crate) struct EncodeOptions {
     pub(crate) route_label: bool,
     pub(crate) thread_label: bool,
     pub(crate) task_label: bool,
-    /// The `span-profile.meta=` comment that makes the file lossless.
+    /// The meta document (resource, stats, span table) that makes the file lossless.
     pub(crate) meta: bool,
 }
 
@@ -163,13 +164,13 @@ pub(crate) fn encode_pprof_with(profile: &Profile, options: &EncodeOptions) -> V
         let mut buf = Vec::new();
         write_pprof_with(profile, options, meta, &mut buf).map(|()| buf)
     };
-    // As in `encode_pprof`: only the streamed meta comment can fail.
+    // As in `encode_pprof`: only the streamed meta document can fail.
     raw_with(MetaMode::Streamed)
         .or_else(|_| raw_with(MetaMode::Held))
         .unwrap_or_default()
 }
 
-/// How the meta comment reaches the output.
+/// How the meta document reaches the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum MetaMode {
     /// Serialized twice, to count its length and then straight to the output: never held.
@@ -199,7 +200,10 @@ fn write_pprof_with<W: Write>(
     // Encoding into a Vec<u8> cannot fail: it grows as needed.
     let _ = head.encode(&mut buf);
     drop(head);
-    strings.write(meta.as_ref(), meta_mode, &mut buf, out)?;
+    strings.write(&mut buf, out)?;
+    if let Some(meta) = &meta {
+        meta.write(meta_mode, &mut buf, out)?;
+    }
     write_samples(profile, options, &keys, &strings, &mut buf, out)
 }
 
@@ -223,8 +227,6 @@ struct StringTable<'a> {
     span_ids: Vec<SpanId>,
     text: Vec<&'a str>,
     text_index: FxHashMap<&'a str, i64>,
-    /// The entry of the meta comment, written by [`MetaString::write`], if any.
-    meta: Option<i64>,
 }
 
 impl<'a> StringTable<'a> {
@@ -260,7 +262,6 @@ impl<'a> StringTable<'a> {
             span_ids,
             text: Vec::new(),
             text_index: FxHashMap::default(),
-            meta: None,
         }
     }
 
@@ -311,23 +312,9 @@ impl<'a> StringTable<'a> {
         i.map_or(0, |i| 1 + self.trace_ids.len() as i64 + i as i64)
     }
 
-    /// Reserves the entry of the meta comment, left empty here for [`MetaString::write`].
-    fn reserve_meta(&mut self) -> i64 {
-        let i = self.text_base() + self.text.len() as i64;
-        self.text.push("");
-        self.meta = Some(i);
-        i
-    }
-
     /// Writes every entry in order as `Profile.string_table` (field 6, length-delimited; an
     /// empty string is written too, since its place is its index), through `buf`.
-    fn write<W: Write>(
-        &self,
-        meta: Option<&MetaString<'_>>,
-        meta_mode: MetaMode,
-        buf: &mut Vec<u8>,
-        out: &mut W,
-    ) -> std::io::Result<()> {
+    fn write<W: Write>(&self, buf: &mut Vec<u8>, out: &mut W) -> std::io::Result<()> {
         buf.extend_from_slice(&[0x32, 0]);
         let ids = (self.trace_ids.iter().map(|id| (id.to_u128(), 32)))
             .chain(self.span_ids.iter().map(|id| (u128::from(id.to_u64()), 16)));
@@ -339,12 +326,7 @@ impl<'a> StringTable<'a> {
                 buf.clear();
             }
         }
-        let base = self.text_base();
-        for (i, s) in self.text.iter().enumerate() {
-            if let Some(meta) = meta.filter(|_| self.meta == Some(base + i as i64)) {
-                meta.write(meta_mode, buf, out)?;
-                continue;
-            }
+        for s in &self.text {
             buf.push(0x32);
             put_varint(buf, s.len() as u64);
             if buf.len() + s.len() > CHUNK {
@@ -549,8 +531,8 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Builds the pprof message for a window without its samples and strings; the plan of its
-/// string table, with every string the samples write; the label keys; and the meta comment,
-/// whose string-table entry is left empty for [`MetaString::write`].
+/// string table, with every string the samples write; the label keys; and the meta document,
+/// written by [`MetaString::write`] as a field of its own.
 fn to_head<'a>(
     profile: &'a Profile,
     options: &EncodeOptions,
@@ -648,10 +630,7 @@ fn to_head<'a>(
         ValueSet::All | ValueSet::Cpu => ("cpu", "cpu"),
         ValueSet::Wall => ("wall", "wall"),
     };
-    let meta = o
-        .meta
-        .then(|| meta_comment(profile, truncated_location, &mut strings));
-    let comment = strings.meta.into_iter().collect();
+    let meta = o.meta.then(|| meta_document(profile, truncated_location));
     let period_type = Some(pprof::ValueType {
         r#type: strings.get(period_name),
         unit: strings.get("nanoseconds"),
@@ -671,7 +650,8 @@ fn to_head<'a>(
         duration_nanos: signed(profile.duration_ns),
         period_type,
         period: signed(profile.period_ns),
-        comment,
+        // No comment: `go tool pprof` prints comments above every report (ADR 0024).
+        comment: Vec::new(),
         default_sample_type,
         doc_url: 0,
     };
@@ -682,15 +662,15 @@ fn to_head<'a>(
     (head, strings, keys, meta)
 }
 
-/// The lossless meta comment (see the crate docs): the string-table entry that
-/// [`StringTable::reserve_meta`] holds empty.
+/// The lossless meta document (see the crate docs), written as field [`META_FIELD`] of the
+/// pprof message.
 struct MetaString<'a> {
     meta: MetaOut<'a>,
 }
 
 impl MetaString<'_> {
-    /// Writes the entry (`buf` first, with what it holds). The span table makes it a busy
-    /// window's largest string, megabytes of JSON, so [`MetaMode::Streamed`] serializes it
+    /// Writes the field (`buf` first, with what it holds). The span table makes it a busy
+    /// window's largest field, megabytes of JSON, so [`MetaMode::Streamed`] serializes it
     /// twice, to count its length and then straight to `out`, rather than hold it; that fails
     /// if the two passes disagree. [`MetaMode::Held`] serializes it once, into memory.
     fn write<W: Write>(
@@ -701,18 +681,11 @@ impl MetaString<'_> {
     ) -> std::io::Result<()> {
         if mode == MetaMode::Held {
             // Serializing plain data (strings, integers, ids that print as hex) does not
-            // fail; if it ever did, an empty comment would lose the meta, never corrupt the
-            // file.
+            // fail; if it ever did, the field would be left out: the meta lost, never the
+            // file corrupted.
             let json = serde_json::to_vec(&self.meta).unwrap_or_default();
-            let len = if json.is_empty() {
-                0
-            } else {
-                META_PREFIX.len() + json.len()
-            };
-            buf.push(0x32);
-            put_varint(buf, len as u64);
-            if len > 0 {
-                buf.extend_from_slice(META_PREFIX.as_bytes());
+            if !json.is_empty() {
+                put_meta_key(buf, json.len());
                 out.write_all(buf)?;
                 buf.clear();
                 out.write_all(&json)?;
@@ -724,17 +697,13 @@ impl MetaString<'_> {
             written: 0,
         };
         // Serializing plain data (strings, integers, ids that print as hex) does not fail;
-        // if it ever did, an empty comment would lose the meta, never corrupt the file.
+        // if it ever did, the field would be left out: the meta lost, never the file
+        // corrupted.
         let json_len = match serde_json::to_writer(&mut count, &self.meta) {
             Ok(()) => count.written,
-            Err(_) => {
-                buf.extend_from_slice(&[0x32, 0]);
-                return Ok(());
-            }
+            Err(_) => return Ok(()),
         };
-        buf.push(0x32);
-        put_varint(buf, (META_PREFIX.len() + json_len) as u64);
-        buf.extend_from_slice(META_PREFIX.as_bytes());
+        put_meta_key(buf, json_len);
         out.write_all(buf)?;
         buf.clear();
         let mut w = std::io::BufWriter::with_capacity(
@@ -750,7 +719,7 @@ impl MetaString<'_> {
             // The length is already written: a different second pass would corrupt the
             // message, so this attempt fails, and the caller writes the held form instead.
             return Err(std::io::Error::other(
-                "the meta comment serialized to a different length twice",
+                "the meta document serialized to a different length twice",
             ));
         }
         Ok(())
@@ -774,11 +743,13 @@ impl<W: Write> Write for Counted<W> {
     }
 }
 
-fn meta_comment<'a>(
-    profile: &'a Profile,
-    truncated_location: Option<u64>,
-    strings: &mut StringTable<'a>,
-) -> MetaString<'a> {
+/// Appends the key and length of field [`META_FIELD`] (length-delimited) for `len` bytes.
+fn put_meta_key(buf: &mut Vec<u8>, len: usize) {
+    put_varint(buf, (u64::from(META_FIELD) << 3) | 2);
+    put_varint(buf, len as u64);
+}
+
+fn meta_document(profile: &Profile, truncated_location: Option<u64>) -> MetaString<'_> {
     let sample_stacks = stack_override(profile);
     let meta = MetaOut {
         v: META_VERSION,
@@ -789,7 +760,6 @@ fn meta_comment<'a>(
         stacks: sample_stacks.as_ref().map(|_| profile.stacks.as_slice()),
         sample_stacks,
     };
-    strings.reserve_meta();
     MetaString { meta }
 }
 
@@ -798,7 +768,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_streamed_meta_comment_writes_the_same_bytes_as_the_held_one() {
+    fn the_streamed_meta_document_writes_the_same_bytes_as_the_held_one() {
         let mut p = Profile::empty(span_profile_core::Resource::default(), 7, 1_000, 10);
         p.spans = (1..=300u64)
             .map(|i| {

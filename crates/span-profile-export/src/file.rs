@@ -260,14 +260,14 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Writes `profile` to a new file at `path` as gzip pprof, streamed, syncs it and returns its
-/// length. If the streamed meta comment fails ([`write_pprof`]'s `Other` error, never an I/O
+/// length. If the streamed meta document fails ([`write_pprof`]'s `Other` error, never an I/O
 /// error), the file is written again from [`encode_pprof`], which holds it.
 fn write_window(path: &Path, profile: &Profile) -> io::Result<u64> {
     write_window_with(path, profile, write_pprof)
 }
 
 /// [`write_window`], streaming with `stream` (a test stands in for [`write_pprof`] to make
-/// the streamed meta comment fail).
+/// the streamed meta document fail).
 fn write_window_with<S>(path: &Path, profile: &Profile, stream: S) -> io::Result<u64>
 where
     S: FnOnce(&Profile, io::BufWriter<fs::File>) -> io::Result<io::BufWriter<fs::File>>,
@@ -319,7 +319,7 @@ mod tests {
     use super::*;
 
     /// A streamed write that puts out part of a file, then fails as [`write_pprof`] does when
-    /// the two passes over the meta comment disagree (`kind`: `Other`), or as the disk does.
+    /// the two passes over the meta document disagree (`kind`: `Other`), or as the disk does.
     fn fails_midway(
         kind: io::ErrorKind,
     ) -> impl FnOnce(&Profile, io::BufWriter<fs::File>) -> io::Result<io::BufWriter<fs::File>> {

@@ -21,8 +21,10 @@
 //! ## Lossless files
 //!
 //! pprof has no field for the resource, the window's drop counters or the span table. The
-//! encoder writes them as one JSON comment starting with `span-profile.meta=`, so that
-//! `decode_pprof(&encode_pprof(&p)) == p`. Other pprof readers show it as a comment.
+//! encoder writes them as one JSON document in a field of the pprof message that pprof does
+//! not define (ADR 0024), so that `decode_pprof(&encode_pprof(&p)) == p`, while other pprof
+//! readers skip it and show plain pprof, with no comment. Files written before that carried
+//! the document in a `span-profile.meta=` comment; [`decode_pprof`] still reads them.
 //!
 //! - [`pyroscope::PyroscopeExporter`] (feature `pyroscope`): windows pushed to Pyroscope.
 //! - [`otlp::OtlpExporter`] (feature `otlp`): windows sent as OTLP profiles over HTTP.

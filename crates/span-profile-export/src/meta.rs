@@ -1,17 +1,35 @@
-//! What a [`Profile`] holds that pprof has no field for, carried as one JSON comment.
+//! What a [`Profile`] holds that pprof has no field for: one JSON document in a field of the
+//! pprof message that pprof does not define, so standard readers skip it (ADR 0024). Files
+//! written before that carried the same document in the profile's `comment`.
 
 use serde::{Deserialize, Serialize};
 
 use rustc_hash::FxHashSet;
 use span_profile_core::{Profile, Resource, SpanRecord, Stack, WindowStats};
 
-/// The prefix of the comment that carries [`Meta`].
+/// The prefix of the comment that carried the meta document in files written before ADR 0024;
+/// the decoder still reads it.
 pub(crate) const META_PREFIX: &str = "span-profile.meta=";
+
+/// The field number of `perftools.profiles.Profile` that carries the meta document (JSON,
+/// length-delimited). pprof's own fields are 1 to 15; this one, `0x5350` ("SP"), is far past
+/// them and outside protobuf's reserved 19000-19999. Protobuf readers skip a field they do
+/// not know, so `go tool pprof` and other standard tools never show it (ADR 0024).
+pub(crate) const META_FIELD: u32 = 0x5350;
+
+/// Only the meta field of a pprof message: decoding the message as this skips everything
+/// else.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct MetaField {
+    /// The meta document, JSON, as written.
+    #[prost(bytes = "vec", optional, tag = "21328")]
+    pub(crate) meta: Option<Vec<u8>>,
+}
 
 /// Version of the meta layout; bumped on incompatible changes.
 pub(crate) const META_VERSION: u32 = 1;
 
-/// Written by the encoder, read by the decoder.
+/// Written by the encoder, read by the decoder ([`MetaIn`]).
 #[derive(Debug, Serialize)]
 pub(crate) struct MetaOut<'a> {
     pub(crate) v: u32,
@@ -30,7 +48,7 @@ pub(crate) struct MetaOut<'a> {
     pub(crate) sample_stacks: Option<Vec<u32>>,
 }
 
-/// The decoder's view of the meta comment. `stats` stays JSON so that counters added to
+/// The decoder's view of the meta document (field or, in older files, comment). `stats` stays JSON so that counters added to
 /// [`WindowStats`] later, or missing from older files, fall back to their defaults.
 #[derive(Debug, Deserialize)]
 pub(crate) struct MetaIn {
@@ -102,6 +120,23 @@ pub(crate) fn stack_override(profile: &Profile) -> Option<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_meta_fields_tag_is_the_constant() {
+        use prost::Message;
+        let bytes = MetaField {
+            meta: Some(b"{}".to_vec()),
+        }
+        .encode_to_vec();
+        let mut key = Vec::new();
+        prost::encoding::encode_key(
+            META_FIELD,
+            prost::encoding::WireType::LengthDelimited,
+            &mut key,
+        );
+        assert!(bytes.starts_with(&key));
+        assert_eq!(META_FIELD, 21328);
+    }
 
     #[test]
     fn stats_missing_or_unknown_counters_fall_back_to_defaults() {

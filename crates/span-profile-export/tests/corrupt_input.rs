@@ -148,14 +148,30 @@ fn bad_ids_and_meta_are_named() {
         "{e:?}"
     );
 
-    let mut m = valid();
-    let meta = m.comment[0] as usize;
-    m.string_table[meta] = "span-profile.meta={oops".into();
-    assert!(matches!(decode_msg(&m), DecodeError::Meta(_)));
+    // The meta document in its field (ADR 0024): the message as prost writes it (no meta,
+    // since `pprof::Profile` does not declare the field), plus the field appended.
+    let with_meta = |json: &str| {
+        let mut bytes = valid().encode_to_vec();
+        prost::encoding::bytes::encode(21328, &json.as_bytes().to_vec(), &mut bytes);
+        decode_pprof(&bytes)
+    };
+    assert!(matches!(with_meta("{oops"), Err(DecodeError::Meta(_))));
+    let e = with_meta("{\"v\":99}").unwrap_err();
+    assert!(e.to_string().contains("upgrade span-profile"), "{e}");
+    assert!(e.to_string().contains("span table"), "{e}");
 
-    let mut m = valid();
-    m.string_table[meta] = "span-profile.meta={\"v\":99}".into();
-    let e = decode_msg(&m);
+    // And in the comment of files written before it.
+    let old = |comment: &str| {
+        let mut m = valid();
+        m.comment = vec![m.string_table.len() as i64];
+        m.string_table.push(comment.into());
+        decode_msg(&m)
+    };
+    assert!(matches!(
+        old("span-profile.meta={oops"),
+        DecodeError::Meta(_)
+    ));
+    let e = old("span-profile.meta={\"v\":99}");
     assert!(e.to_string().contains("upgrade span-profile"), "{e}");
 }
 

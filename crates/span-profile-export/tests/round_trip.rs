@@ -171,11 +171,49 @@ fn random_profiles_round_trip() {
 
 #[test]
 fn aggregator_shaped_windows_carry_no_stack_table_in_the_meta() {
-    use prost::Message;
     let p = common::checkout_profile();
-    let msg = span_profile_export::pprof::Profile::decode(encode_pprof_raw(&p).as_slice()).unwrap();
-    let meta = &msg.string_table[msg.comment[0] as usize];
-    assert!(meta.starts_with("span-profile.meta={"), "{meta}");
+    let meta = meta_field(&encode_pprof_raw(&p)).expect("the meta field");
+    let meta = String::from_utf8(meta).unwrap();
+    assert!(meta.starts_with("{\"v\":1,"), "{meta}");
     assert!(!meta.contains("sample_stacks"), "{meta}");
     assert!(meta.contains("pricing.calculate"));
+}
+
+/// The bytes of field 21328 of a bare pprof message (ADR 0024), read with prost's own
+/// wire-format primitives.
+fn meta_field(mut raw: &[u8]) -> Option<Vec<u8>> {
+    use prost::encoding::{decode_key, skip_field, DecodeContext, WireType};
+    let mut found = None;
+    while !raw.is_empty() {
+        let (tag, wire) = decode_key(&mut raw).unwrap();
+        if tag == 21328 && wire == WireType::LengthDelimited {
+            let mut v = Vec::new();
+            prost::encoding::bytes::merge(wire, &mut v, &mut raw, DecodeContext::default())
+                .unwrap();
+            found = Some(v);
+        } else {
+            skip_field(wire, tag, &mut raw, DecodeContext::default()).unwrap();
+        }
+    }
+    found
+}
+
+#[test]
+fn the_profile_has_no_comment_and_pprof_readers_see_no_meta() {
+    use prost::Message;
+    let p = common::checkout_profile();
+    let raw = encode_pprof_raw(&p);
+    let msg = span_profile_export::pprof::Profile::decode(raw.as_slice()).unwrap();
+    assert!(msg.comment.is_empty(), "{:?}", msg.comment);
+    assert!(
+        !msg.string_table
+            .iter()
+            .any(|s| s.contains("pricing.calculate")),
+        "the span table is not in the string table"
+    );
+    // A reader that knows only pprof's fields, re-encoding what it read, drops the meta and
+    // keeps every sample; ours then reads that as a foreign profile (no spans).
+    let rewritten = decode_pprof(&msg.encode_to_vec()).unwrap();
+    assert!(rewritten.spans.is_empty());
+    assert_eq!(rewritten.samples.len(), p.samples.len());
 }

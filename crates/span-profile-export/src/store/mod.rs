@@ -10,6 +10,7 @@
 //! - [`select`], [`select_summarized`], [`span_windows`]: any selection answered, a span or a
 //!   trace in two passes (its span tables, then the windows of its time).
 //! - [`parse_rfc3339`], [`format_rfc3339`]: times as the store's users write and read them.
+//! - [`Selection`]: a selection's samples gathered into one profile, to be exported.
 //! - [`encode_summary`], [`decode_summary`], [`decode_summary_scoped`]: the summary sidecar's
 //!   binary form (its writer is [`FileStore::write`](crate::FileStore::write)).
 //!
@@ -29,6 +30,7 @@ mod fold;
 mod list;
 pub mod query;
 mod read;
+mod selection;
 mod sidecar;
 mod spans;
 pub mod summary;
@@ -38,6 +40,7 @@ pub use error::{SkippedFile, StoreError};
 pub use fold::{QueryError, Store, Window};
 pub use list::{list, StoreFilter, StoreListing, StoredFile};
 pub use read::{read, read_summary, read_window, StoreRead};
+pub use selection::Selection;
 pub use sidecar::{
     decode_summary, decode_summary_scoped, encode_summary, StoredSummary, SummaryError,
     MAX_SUMMARY_LEN,

@@ -5,7 +5,8 @@ import gzip
 import json
 import os
 
-META_PREFIX = "span-profile.meta="
+META_PREFIX = "span-profile.meta="  # the meta comment of files written before ADR 0024
+META_FIELD = 21328  # the Profile field that carries the meta JSON since ADR 0024
 
 
 def _varint(buf, i):
@@ -82,7 +83,7 @@ class Profile:
         self.time_nanos = time_nanos  # the window's start, Unix ns
         self.duration_nanos = duration_nanos
         self.samples = samples
-        self.meta = meta  # the span-profile.meta JSON comment (resource, stats, spans), or {}
+        self.meta = meta  # the span-profile meta JSON (resource, stats, spans), or {}
         self.sample_types = sample_types
         self.strings = strings
 
@@ -95,6 +96,7 @@ def read_profile(path):
 def parse_profile(data, path=None):
     """A bare (not gzipped) pprof profile."""
     strings, raw_samples, locations, functions, types, comments = [], [], {}, {}, [], []
+    meta_field = None
     time_nanos = duration_nanos = 0
     for field, wire, v in _fields(data):
         if field == 9:
@@ -122,6 +124,8 @@ def parse_profile(data, path=None):
             types.append((vt.get(1, 0), vt.get(2, 0)))
         elif field == 13:
             comments.extend(_ints(wire, v))
+        elif field == META_FIELD and wire == 2:
+            meta_field = v
     type_names = [strings[t] for t, _ in types]
     samples = []
     for raw in raw_samples:
@@ -140,8 +144,8 @@ def parse_profile(data, path=None):
                 name, filename = functions.get(fid, (0, 0))
                 frames.append((strings[name], strings[filename], line))
         samples.append(Sample(frames, dict(zip(type_names, values)), labels))
-    meta = {}
-    for c in comments:
+    meta = json.loads(meta_field) if meta_field is not None else {}
+    for c in comments if meta_field is None else []:
         s = strings[c]
         if s.startswith(META_PREFIX):
             meta = json.loads(s[len(META_PREFIX):])
