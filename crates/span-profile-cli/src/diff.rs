@@ -85,12 +85,15 @@ struct RouteRow {
 
 /// Returns whether a regression was found.
 pub(crate) fn run(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<bool> {
-    if args.windows.version.is_some() {
-        return Err(Usage("diff takes versions from --old and --new, not --version".into()).into());
-    }
     let (Some(old_sel), Some(new_sel)) = (&args.old, &args.new) else {
         return peers(store, args, json).map(|()| false);
     };
+    if args.windows.version.is_some() {
+        return Err(Usage(
+            "diff takes versions from --old and --new, not --version (--version selects the windows of diff --span-id or --slowest)".into(),
+        )
+        .into());
+    }
     let filter = args.windows.filter();
     let (old_v, new_v) = (&old_sel.0, &new_sel.0);
     let files = store.list(&filter)?;

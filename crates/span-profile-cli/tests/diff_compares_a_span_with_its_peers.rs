@@ -88,6 +88,30 @@ fn the_odd_span_shows_what_it_did_differently() {
     let typical = run_ok(&["diff", d, "--span-id", &format!("{:016x}", 3)], 0);
     assert!(!typical.contains("parse_date"), "{typical}");
 
+    // The window filters apply: the peers of version 1.0 are the same; of another, none.
+    let v1 = json(&run_ok(
+        &[
+            "diff",
+            d,
+            "--slowest",
+            "pricing.calculate",
+            "--version",
+            "1.0",
+            "--json",
+        ],
+        0,
+    ));
+    assert_eq!(v1["peers"], 19, "{v1}");
+    let o = run(&[
+        "diff",
+        d,
+        "--slowest",
+        "pricing.calculate",
+        "--version",
+        "9",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+
     // An unknown span: exit 3.
     let o = run(&["diff", d, "--span-id", "00000000000000ff"]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
