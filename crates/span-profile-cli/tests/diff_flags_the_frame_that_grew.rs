@@ -112,11 +112,29 @@ fn a_frame_that_grew_is_a_regression() {
     assert!((new - 45.0 / 120.0).abs() < 0.07, "{v}");
     assert!(r["p_value"].as_f64().unwrap() < 0.01, "{v}");
     // CPU per request: the scripted walker charges 10 ms of CPU to each sample, so a side's
-    // /checkout CPU is its CPU samples of the route times 10 ms, over its 20 requests.
+    // /checkout CPU is its CPU samples of the route times 10 ms, over its requests. A request
+    // with no sample has no span record (ADR 0010): on a loaded machine one of the 20 may be
+    // missed, and the store's own span list says how many it has.
     let routes = v["routes"].as_array().unwrap();
     let checkout = routes.iter().find(|r| r["route"] == "/checkout").unwrap();
     for (side, version) in [("old", "1.0"), ("new", "2.0")] {
-        assert_eq!(checkout[format!("{side}_requests")], REQUESTS, "{v}");
+        let listed = json(&run_ok(
+            &[
+                "spans",
+                d,
+                "--version",
+                version,
+                "--name",
+                "POST /checkout",
+                "--limit",
+                "100",
+                "--json",
+            ],
+            0,
+        ));
+        let requests = listed.as_array().unwrap().len() as u64;
+        assert!((16..=REQUESTS).contains(&requests), "{listed}");
+        assert_eq!(checkout[format!("{side}_requests")], requests, "{v}");
         let top = json(&run_ok(
             &[
                 "top",
@@ -131,7 +149,7 @@ fn a_frame_that_grew_is_a_regression() {
         ));
         let cpu_samples = top["cpu_samples"].as_u64().unwrap();
         assert!(cpu_samples > 0, "{top}");
-        let want = cpu_samples as f64 * 10.0 / REQUESTS as f64;
+        let want = cpu_samples as f64 * 10.0 / requests as f64;
         let got = checkout[format!("{side}_cpu_ms_per_request")]
             .as_f64()
             .unwrap();
