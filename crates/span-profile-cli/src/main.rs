@@ -112,8 +112,9 @@ enum Command {
         #[command(flatten)]
         args: routes::RoutesArgs,
     },
-    /// The post-deploy check: frames whose share of CPU grew from one version to the next.
-    /// Exits 1 if any did.
+    /// The post-deploy check: frames whose self share of CPU grew significantly from one
+    /// version to the next (exits 1 if any did), improvements, CPU per request by route. With
+    /// --span-id or --slowest: one span against the other spans of its name.
     Diff {
         /// The store directory.
         dir: PathBuf,

@@ -135,7 +135,7 @@ pub(crate) fn query_summarized<A: Send + Default>(
 /// A span name that matches no span is an empty selection (exit 3).
 fn answered<T>(r: Result<T, QueryError>) -> anyhow::Result<T> {
     r.map_err(|e| match e {
-        QueryError::NoSpanNamed { .. } => Empty(e.to_string()).into(),
+        QueryError::NoSpanNamed { .. } | QueryError::NoSpan { .. } => Empty(e.to_string()).into(),
         e => e.into(),
     })
 }

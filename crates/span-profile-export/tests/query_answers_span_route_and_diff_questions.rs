@@ -198,24 +198,49 @@ fn the_reverse_query_names_the_routes_behind_a_frame() {
 }
 
 #[test]
-fn the_diff_flags_frames_that_grew_past_the_threshold() {
-    let profiles = vec![checkout_window("1.0", 10), checkout_window("2.0", 56)];
-    let grew = diff::diff(
-        &profiles,
-        &Filter::default().version("1.0"),
-        &Filter::default().version("2.0"),
-        0.02,
+fn the_diff_flags_frames_whose_self_share_grew_significantly() {
+    // Three windows per side, the window being the unit of the test (ADR 0023).
+    let tallies = |version: &str, parse: [u64; 3]| -> Vec<diff::FrameTally> {
+        parse
+            .iter()
+            .map(|&n| {
+                let w = checkout_window(version, n);
+                diff::self_cpu_by_frame(&[w], &Filter::default())
+            })
+            .collect()
+    };
+    let old = tallies("1.0", [9, 10, 11]);
+    let new = tallies("2.0", [55, 56, 57]);
+    let c = diff::compare(&old, &new, &diff::DiffOptions::default()).unwrap();
+    let names = |v: &[diff::FrameChange]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|c| (c.frame.function.clone(), c.frame.file.clone()))
+            .collect()
+    };
+    // parse_date is the leaf of 10 + 4 of 184 CPU samples, then of 56 + 4; its caller
+    // `calculate` lost that self time, and `handle` (on every stack) is not flagged.
+    assert_eq!(
+        names(&c.regressions),
+        [("parse_date".into(), "pricing.py".into())]
     );
-    assert_eq!(grew.len(), 1, "{grew:?}");
-    assert_eq!(grew[0].function, "parse_date");
-    assert!(grew[0].new_share > grew[0].old_share + 0.2);
-    let none = diff::diff(
-        &profiles,
-        &Filter::default().version("2.0"),
-        &Filter::default().version("2.0"),
-        0.02,
+    assert_eq!(
+        names(&c.improvements),
+        [("calculate".into(), "pricing.py".into())]
     );
-    assert!(none.is_empty());
+    let r = &c.regressions[0];
+    assert_eq!((r.old_samples, r.new_samples), (42, 180));
+    assert!((r.old_share - 42.0 / 552.0).abs() < 1e-12);
+    assert!((r.new_share - 180.0 / 552.0).abs() < 1e-12);
+    assert_eq!(c.frames_tested, 5);
+
+    // The same windows on both sides: nothing.
+    let same = diff::compare(&new, &new, &diff::DiffOptions::default()).unwrap();
+    assert!(same.regressions.is_empty() && same.improvements.is_empty());
+
+    // CPU per request: 80 CPU samples of /checkout per window, one request (span 1).
+    let w = checkout_window("1.0", 10);
+    let per = diff::route_cpu(&[w], &Filter::default()).per_request();
+    assert_eq!(per, [("/checkout".to_owned(), 1, (80 * PERIOD) as f64)]);
 }
 
 #[test]

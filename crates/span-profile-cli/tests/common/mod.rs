@@ -51,6 +51,19 @@ pub const CALCULATE: &[&str] = &["calculate", "handle", "serve"];
 pub const HANDLE: &[&str] = &["render", "handle", "serve"];
 pub const LIST_ORDERS: &[&str] = &["parse_date", "list_orders", "handle", "serve"];
 pub const IDLE: &[&str] = &["wait", "idle_loop"];
+/// A new cost under a chain of callers: `audit_log` calls `json.dumps`, whose time is spent in
+/// `JSONEncoder.iterencode`. A name `function@file` is a frame in that file (else `app.py`).
+pub const AUDIT: &[&str] = &[
+    "iterencode@json/encoder.py",
+    "encode@json/encoder.py",
+    "dumps@json/__init__.py",
+    "audit_log",
+    "handle",
+    "serve",
+];
+/// Two functions named `run` in different files.
+pub const RUN_ASYNCIO: &[&str] = &["run@asyncio/runners.py", "serve"];
+pub const RUN_UVICORN: &[&str] = &["run@uvicorn/main.py", "serve"];
 
 /// A walker with two threads: thread 1 (the request thread) runs whatever stack the test
 /// sets with [`Script::set`], thread 2 always idles in `idle_loop`.
@@ -66,6 +79,9 @@ const STACKS: &[&[&str]] = &[
     CALCULATE,
     HANDLE,
     LIST_ORDERS,
+    AUDIT,
+    RUN_ASYNCIO,
+    RUN_UVICORN,
 ];
 
 fn frame_id(name: &str) -> u64 {
@@ -123,7 +139,9 @@ impl StackWalker for ScriptWalker {
 
     fn symbolize(&mut self, raw: RawFrame) -> Frame {
         let all: Vec<&str> = STACKS.iter().flat_map(|s| s.iter().copied()).collect();
-        Frame::new(all[raw.id as usize - 1], "app.py", raw.line)
+        let name = all[raw.id as usize - 1];
+        let (function, file) = name.split_once('@').unwrap_or((name, "app.py"));
+        Frame::new(function, file, raw.line)
     }
 }
 

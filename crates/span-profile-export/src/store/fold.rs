@@ -86,6 +86,14 @@ pub enum QueryError {
         #[source]
         source: StoreError,
     },
+    /// A selection by span id found no ended span with that id.
+    #[error("no ended span {span_id} in the selected windows ({windows} read); `span-profile spans DIR` lists the spans")]
+    NoSpan {
+        /// The span id asked for.
+        span_id: span_profile_core::SpanId,
+        /// Windows whose span tables were read.
+        windows: usize,
+    },
     /// A selection by span name (the slowest span of a name) found no ended span of it.
     #[error("no ended span named {name:?} in the selected windows ({windows} read)")]
     NoSpanNamed {

@@ -18,7 +18,9 @@
 //! were read, are modules of their own:
 //! - [`query`]: [`Filter`](query::Filter), reports, routes, the spans of some windows, and the
 //!   counting rules every answer shares;
-//! - [`diff`]: deploy-to-deploy diffs of CPU by function;
+//! - [`diff`]: deploy-to-deploy diffs of self CPU by frame, with a significance test
+//!   (ADR 0023), and CPU per request by route;
+//! - [`peers`]: one span against the other spans of its name;
 //! - [`summary`]: [`WindowSummary`](summary::WindowSummary), a window's counts made when it is
 //!   written, which answers as [`query`] and [`diff`] do for selections without a span or trace.
 //!
@@ -28,11 +30,13 @@ pub mod diff;
 mod error;
 mod fold;
 mod list;
+pub mod peers;
 pub mod query;
 mod read;
 mod selection;
 mod sidecar;
 mod spans;
+mod stats;
 pub mod summary;
 mod time;
 
