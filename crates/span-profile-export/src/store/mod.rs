@@ -17,6 +17,8 @@
 //! were read, are modules of their own:
 //! - [`query`]: [`Filter`](query::Filter), reports, routes, the spans of some windows, and the
 //!   counting rules every answer shares;
+//! - [`frames`]: how a frame is named and matched (function and file, shown as
+//!   `module:function`), and how reports group frames;
 //! - [`diff`]: deploy-to-deploy diffs of CPU by function;
 //! - [`summary`]: [`WindowSummary`](summary::WindowSummary), a window's counts made when it is
 //!   written, which answers as [`query`] and [`diff`] do for selections without a span or trace.
@@ -26,6 +28,7 @@
 pub mod diff;
 mod error;
 mod fold;
+pub mod frames;
 mod list;
 pub mod query;
 mod read;
