@@ -368,7 +368,8 @@ fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> 
             cpu_samples: u64,
             share: f64,
             cpu_ns: u64,
-            requests: usize,
+            /// `None` when roll-ups without span tables hold some of the route's samples.
+            requests: Option<usize>,
             cpu_ns_per_request: Option<u64>,
         }
         #[derive(Serialize)]
@@ -395,7 +396,7 @@ fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> 
                 cpu_samples: c.cpu_samples,
                 share: share(c.cpu_samples),
                 cpu_ns: c.cpu_ns,
-                requests: c.requests.len(),
+                requests: c.request_count(),
                 cpu_ns_per_request: c.cpu_ns_per_request(),
             }).collect::<Vec<_>>(),
             "by_package": rows(top(&packages)),
@@ -410,7 +411,7 @@ fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> 
         format_duration_ns(a.cpu_ns)
     );
     outln!();
-    outln!("CPU by route (requests: the local-root spans the windows kept)");
+    outln!("CPU by route (requests: the local-root spans the windows kept; ? in roll-ups, which keep none)");
     outln!(
         "{:>7}  {:>11}  {:>8}  {:>11}  route",
         "share",
@@ -426,7 +427,8 @@ fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> 
             "{:>6.1}%  {:>11}  {:>8}  {:>11}  {}",
             100.0 * share(c.cpu_samples),
             c.cpu_samples,
-            c.requests.len(),
+            c.request_count()
+                .map_or_else(|| "?".to_string(), |n| n.to_string()),
             per,
             Shown(route)
         );

@@ -705,12 +705,21 @@ pub struct RouteCost {
     /// Windows keep the spans their samples need (ADR 0010), so a request no sample caught
     /// is not among them.
     pub requests: HashSet<SpanId>,
+    /// Some of the route's samples lost their spans (roll-ups made by `compact` keep no span
+    /// ids and no span tables), so its requests cannot be counted.
+    pub requests_unknown: bool,
 }
 
 impl RouteCost {
-    /// CPU time per request, nanoseconds (`None` without requests).
+    /// How many requests, when they can be counted.
+    pub fn request_count(&self) -> Option<usize> {
+        (!self.requests_unknown).then_some(self.requests.len())
+    }
+
+    /// CPU time per request, nanoseconds (`None` without requests or when they cannot be
+    /// counted).
     pub fn cpu_ns_per_request(&self) -> Option<u64> {
-        let n = self.requests.len() as u64;
+        let n = self.request_count()? as u64;
         (n > 0).then(|| self.cpu_ns / n)
     }
 }
@@ -740,6 +749,7 @@ impl CostAttribution {
             e.cpu_samples += c.cpu_samples;
             e.cpu_ns += c.cpu_ns;
             e.requests.extend(c.requests);
+            e.requests_unknown |= c.requests_unknown;
         }
         for (k, n) in other.self_cpu {
             *self.self_cpu.entry(k).or_default() += n;
@@ -785,9 +795,20 @@ pub fn cost_attribution(profiles: &[Profile], filter: &Filter) -> CostAttributio
                     RouteCost {
                         cpu_samples: s.cpu_samples,
                         cpu_ns: s.cpu_ns,
-                        requests: HashSet::new(),
+                        ..RouteCost::default()
                     },
                 );
+            }
+        }
+        // A span without the window's span table, or a request's route without its span: a
+        // roll-up that dropped them.
+        let spans_dropped = match s.span {
+            Some(_) => p.spans.is_empty(),
+            None => &*s.route != span_profile_core::labels::BACKGROUND_ROUTE,
+        };
+        if spans_dropped {
+            if let Some(r) = a.routes.get_mut(&*s.route) {
+                r.requests_unknown = true;
             }
         }
         if s.cpu_samples > 0 {
