@@ -136,13 +136,12 @@ fn assert_tallies(p: &[Profile], s: &WindowSummary, f: &Filter, what: &str) {
         "app.py:main",
         "lib.py:render",
     ] {
-        match s.frame_cpu_by_route(f, name) {
-            Some(t) => assert_eq!(
+        if let Some(t) = s.frame_cpu_by_route(f, name) {
+            assert_eq!(
                 t,
                 query::frame_cpu_by_route(p, f, name),
                 "frame_cpu_by_route({name:?}): {what}"
-            ),
-            None => {}
+            );
         }
     }
 }
