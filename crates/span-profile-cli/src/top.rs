@@ -1,26 +1,76 @@
-//! `span-profile top`: the samples and top frames of a span, a trace, a route or a service,
-//! and a service's cost by top-level frame.
+//! `span-profile top`: the samples of a span, a trace, a route or a service, each counted once
+//! at its leaf frame and grouped by frame, module, package or line (or inclusive counts with
+//! `--inclusive`), and a service's cost by route and by package.
 
 use crate::text::Shown;
 use serde::Serialize;
 use span_profile_core::SpanRecord;
-use span_profile_export::store::query::{self, Coverage, FrameCost, Report, Tally};
+use span_profile_export::store::frames::{display_name, module_of, Grouping};
+use span_profile_export::store::query::{
+    self, CostAttribution, Coverage, FrameCost, Partition, Report,
+};
 use span_profile_export::store::summary::WindowSummary;
 use span_profile_export::store::Store;
 
 use crate::args::format_duration_ns;
 use crate::select::{self, SelectorArgs};
-use crate::Empty;
+use crate::{Empty, Usage};
+
+/// How `top` groups samples (`--by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum By {
+    /// By frame: `module:function` (function and file).
+    #[default]
+    Function,
+    /// By module, derived from the file (`dateutil.parser._parser`).
+    Module,
+    /// By package, the module's first part (`dateutil`).
+    Package,
+    /// By function, file and line.
+    Line,
+}
+
+impl From<By> for Grouping {
+    fn from(b: By) -> Self {
+        match b {
+            By::Function => Grouping::Function,
+            By::Module => Grouping::Module,
+            By::Package => Grouping::Package,
+            By::Line => Grouping::Line,
+        }
+    }
+}
 
 /// Arguments of `top`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct TopArgs {
     #[command(flatten)]
     pub(crate) select: SelectorArgs,
-    /// How many frames to show, by samples on whose stack they are. Frames on every sample
-    /// of the selection's common entry path (the frames every stack starts with) are left out while others remain.
+    /// How many rows to show; the rest are summed into `<other>`.
     #[arg(long, default_value_t = 10)]
     pub(crate) limit: usize,
+    /// Group the samples by frame (`module:function`), module, package or line.
+    #[arg(long, value_enum, default_value_t = By::Function)]
+    pub(crate) by: By,
+    /// Show `file:line`: the same as `--by line`.
+    #[arg(long, conflicts_with = "by")]
+    pub(crate) lines: bool,
+    /// Count each frame on every sample whose stack it is on (inclusive), not only at the
+    /// leaf; the frames every stack of the selection enters through are left out. By
+    /// function or line only.
+    #[arg(long)]
+    pub(crate) inclusive: bool,
+}
+
+impl TopArgs {
+    /// The grouping asked for.
+    pub(crate) fn grouping(&self) -> Grouping {
+        if self.lines {
+            Grouping::Line
+        } else {
+            self.by.into()
+        }
+    }
 }
 
 pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> {
@@ -32,13 +82,25 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
     if cost_attribution {
         return attribution(store, args, json);
     }
-    let (filter, r) = select::query_summarized(
-        store,
-        sel,
-        query::report,
-        WindowSummary::report,
-        Report::merge,
-    )?;
+    let by = args.grouping();
+    if args.inclusive && matches!(by, Grouping::Module | Grouping::Package) {
+        return Err(Usage(
+            "--inclusive counts frames and lines, not modules or packages; drop --inclusive or use --by function or --by line".into(),
+        )
+        .into());
+    }
+    // Window summaries keep no lines: a report by line reads the windows.
+    let (filter, r) = if by == Grouping::Line {
+        select::query(store, sel, query::report_with_lines, Report::merge)?
+    } else {
+        select::query_summarized(
+            store,
+            sel,
+            query::report,
+            WindowSummary::report,
+            Report::merge,
+        )?
+    };
     if r.samples == 0 {
         let what = match (&r.span, filter.span_id) {
             (Some(s), _) => format!("span {} ({})", s.name, s.span_id),
@@ -51,7 +113,11 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
         ))
         .into());
     }
-    let frames = shown_frames(&r, args.limit);
+    let frames: Vec<FrameJson<'_>> = shown_frames(&r, args.limit)
+        .into_iter()
+        .map(FrameJson::from)
+        .collect();
+    let partition = partition_rows(&r, by, args.limit)?;
     let header = match (&r.span, filter.span_id) {
         (Some(span), _) => span_header(span, filter.with_children),
         (None, Some(id)) => format!("span {id} (no span record)"),
@@ -66,7 +132,10 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
             cpu_samples: r.cpu_samples,
             window_samples: r.window_samples,
             windows: r.windows,
+            view: if args.inclusive { "inclusive" } else { "self" },
+            partition: &partition,
             frames: &frames,
+            lines: r.lines.as_deref().map(|l| &l[..args.limit.min(l.len())]),
             coverage: r.coverage,
         };
         outln!("{}", serde_json::to_string_pretty(&out)?);
@@ -82,8 +151,10 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
         String::new()
     };
     outln!("{} -> {} samples{share}", Shown(&header), r.samples);
-    for f in &frames {
-        outln!("{:>7}  {}", f.total_samples, Shown(&f.function));
+    if args.inclusive {
+        print_inclusive(&r, by, args.limit)?;
+    } else {
+        print_partition(&partition)?;
     }
     if let (Some(c), Some(d)) = (
         r.coverage,
@@ -103,8 +174,107 @@ struct TopJson<'a> {
     cpu_samples: u64,
     window_samples: u64,
     windows: usize,
-    frames: &'a [&'a FrameCost],
+    /// `self` (the partition is the report) or `inclusive`.
+    view: &'static str,
+    partition: &'a Partition,
+    /// The frames by inclusive count, the entry path left out.
+    frames: &'a [FrameJson<'a>],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lines: Option<&'a [query::LineCost]>,
     coverage: Option<Coverage>,
+}
+
+/// A frame in `--json`: its identity, module and counts.
+#[derive(Serialize)]
+struct FrameJson<'a> {
+    name: String,
+    function: &'a str,
+    file: &'a str,
+    module: Option<String>,
+    self_samples: u64,
+    total_samples: u64,
+}
+
+impl<'a> From<&'a FrameCost> for FrameJson<'a> {
+    fn from(f: &'a FrameCost) -> Self {
+        FrameJson {
+            name: display_name(&f.function, &f.file),
+            function: &f.function,
+            file: &f.file,
+            module: module_of(&f.file),
+            self_samples: f.self_samples,
+            total_samples: f.total_samples,
+        }
+    }
+}
+
+/// A report's samples partitioned `by` into its `limit` largest rows and `<other>`
+/// ([`Report::partition`]); an error only by line from a report without lines.
+pub(crate) fn partition_rows(r: &Report, by: Grouping, limit: usize) -> anyhow::Result<Partition> {
+    r.partition(by, limit).ok_or_else(|| {
+        anyhow::anyhow!("this report was made without lines; make it with query::report_with_lines")
+    })
+}
+
+/// The partition as a person reads it: samples, share of the selection, row; then `<other>`.
+/// The rows and `<other>` add up to the selection's samples.
+pub(crate) fn print_partition(p: &Partition) -> anyhow::Result<()> {
+    let share = |n: u64| 100.0 * n as f64 / p.samples.max(1) as f64;
+    for row in &p.rows {
+        outln!(
+            "{:>7} {:>5.1}%  {}",
+            row.self_samples,
+            share(row.self_samples),
+            Shown(&row.name)
+        );
+    }
+    if p.other_samples > 0 {
+        outln!(
+            "{:>7} {:>5.1}%  <other>",
+            p.other_samples,
+            share(p.other_samples)
+        );
+    }
+    Ok(())
+}
+
+/// `--inclusive`: frames (or lines) by the samples on whose stack they are, without the
+/// selection's entry path.
+fn print_inclusive(r: &Report, by: Grouping, limit: usize) -> anyhow::Result<()> {
+    if by == Grouping::Line {
+        let on_entry = |function: &str, file: &str| {
+            r.entry_path
+                .as_ref()
+                .is_some_and(|p| p.iter().any(|(f, fl)| f == function && fl == file))
+        };
+        let lines = r.lines.as_deref().unwrap_or(&[]);
+        let mut shown: Vec<_> = lines
+            .iter()
+            .filter(|l| !on_entry(&l.function, &l.file))
+            .take(limit)
+            .collect();
+        if shown.is_empty() {
+            shown = lines.iter().take(limit).collect();
+        }
+        for l in shown {
+            outln!(
+                "{:>7}  {} ({}:{})",
+                l.total_samples,
+                Shown(&display_name(&l.function, &l.file)),
+                Shown(&l.file),
+                l.line
+            );
+        }
+        return Ok(());
+    }
+    for f in shown_frames(r, limit) {
+        outln!(
+            "{:>7}  {}",
+            f.total_samples,
+            Shown(&display_name(&f.function, &f.file))
+        );
+    }
+    Ok(())
 }
 
 fn span_header(span: &SpanRecord, with_children: bool) -> String {
@@ -169,46 +339,106 @@ fn coverage_line(c: &Coverage, duration_ns: u64) -> String {
     )
 }
 
-/// `top --service S` alone: the service's CPU by top-level frame.
+/// `top --service S` alone: where the service's CPU goes, by route (with CPU per request)
+/// and by package and module of the leaf frame (self CPU, so thread and loop entry frames,
+/// which are never the leaf of a busy stack, do not show).
 fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> {
-    let (filter, t) = select::query_summarized(
+    let (filter, a) = select::query(
         store,
         &args.select,
-        query::cpu_by_root_frame,
-        WindowSummary::cpu_by_root_frame,
-        Tally::merge,
+        query::cost_attribution,
+        CostAttribution::merge,
     )?;
     let what = args.select.describe(&filter);
-    if t.total == 0 {
+    if a.cpu_samples == 0 {
         return Err(Empty(format!("no CPU samples for {what}")).into());
     }
-    let rows: Vec<(&str, u64)> = t.sorted().into_iter().take(args.limit).collect();
+    let share = |n: u64| n as f64 / a.cpu_samples as f64;
+    let mut routes: Vec<(&str, &query::RouteCost)> =
+        a.routes.iter().map(|(r, c)| (r.as_str(), c)).collect();
+    routes.sort_by(|x, y| y.1.cpu_samples.cmp(&x.1.cpu_samples).then(x.0.cmp(y.0)));
+    routes.truncate(args.limit);
+    let packages = a.self_cpu_by(Grouping::Package);
+    let modules = a.self_cpu_by(Grouping::Module);
+    let top = |v: &[(String, u64)]| v[..args.limit.min(v.len())].to_vec();
     if json {
         #[derive(Serialize)]
-        struct Row<'a> {
-            frame: &'a str,
+        struct RouteRow<'a> {
+            route: &'a str,
             cpu_samples: u64,
             share: f64,
+            cpu_ns: u64,
+            /// `None` when roll-ups without span tables hold some of the route's samples.
+            requests: Option<usize>,
+            cpu_ns_per_request: Option<u64>,
         }
-        let rows: Vec<Row<'_>> = rows
-            .iter()
-            .map(|&(frame, n)| Row {
-                frame,
-                cpu_samples: n,
-                share: t.share(frame),
-            })
-            .collect();
+        #[derive(Serialize)]
+        struct Row {
+            name: String,
+            self_cpu_samples: u64,
+            share: f64,
+        }
+        let rows = |v: Vec<(String, u64)>| -> Vec<Row> {
+            v.into_iter()
+                .map(|(name, n)| Row {
+                    name,
+                    self_cpu_samples: n,
+                    share: share(n),
+                })
+                .collect()
+        };
         let out = serde_json::json!({
             "selection": what,
-            "cpu_samples": t.total,
-            "by_top_level_frame": rows,
+            "cpu_samples": a.cpu_samples,
+            "cpu_ns": a.cpu_ns,
+            "by_route": routes.iter().map(|&(route, c)| RouteRow {
+                route,
+                cpu_samples: c.cpu_samples,
+                share: share(c.cpu_samples),
+                cpu_ns: c.cpu_ns,
+                requests: c.request_count(),
+                cpu_ns_per_request: c.cpu_ns_per_request(),
+            }).collect::<Vec<_>>(),
+            "by_package": rows(top(&packages)),
+            "by_module": rows(top(&modules)),
         });
         outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    outln!("{what}: {} CPU samples, by top-level frame", t.total);
-    for (frame, n) in rows {
-        outln!("{:>6.1}% {n:>9}  {}", 100.0 * t.share(frame), Shown(frame));
+    outln!(
+        "{what}: {} CPU samples ({} of CPU)",
+        a.cpu_samples,
+        format_duration_ns(a.cpu_ns)
+    );
+    outln!();
+    outln!("CPU by route (requests: the local-root spans the windows kept; ? in roll-ups, which keep none)");
+    outln!(
+        "{:>7}  {:>11}  {:>8}  {:>11}  route",
+        "share",
+        "CPU samples",
+        "requests",
+        "CPU/request"
+    );
+    for (route, c) in &routes {
+        let per = c
+            .cpu_ns_per_request()
+            .map_or_else(|| "-".to_string(), format_duration_ns);
+        outln!(
+            "{:>6.1}%  {:>11}  {:>8}  {:>11}  {}",
+            100.0 * share(c.cpu_samples),
+            c.cpu_samples,
+            c.request_count()
+                .map_or_else(|| "?".to_string(), |n| n.to_string()),
+            per,
+            Shown(route)
+        );
+    }
+    for (title, v) in [("package", &packages), ("module", &modules)] {
+        outln!();
+        outln!("CPU by {title} (self: the leaf frame's)");
+        for (name, n) in top(v) {
+            outln!("{:>6.1}%  {n:>11}  {}", 100.0 * share(n), Shown(&name));
+        }
     }
     Ok(())
 }

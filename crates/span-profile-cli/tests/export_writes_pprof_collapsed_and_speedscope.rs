@@ -26,13 +26,24 @@ fn export(dir: &Path, format: &str, file: &Path, selector: &[&str]) -> Value {
 }
 
 /// Collapsed lines → samples by root-first stack.
+/// The collapsed file's stacks by function names: it names each frame `module:function`, as
+/// `flame` does (checked here: every frame has a module), and the other formats name the
+/// function alone, with its file beside it.
 fn parse_collapsed(text: &str) -> BTreeMap<String, u64> {
-    text.lines()
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').unwrap_or_else(|| panic!("{l:?}"));
-            (stack.to_string(), n.parse().unwrap())
-        })
-        .collect()
+    let mut out = BTreeMap::new();
+    for l in text.lines() {
+        let (stack, n) = l.rsplit_once(' ').unwrap_or_else(|| panic!("{l:?}"));
+        let functions: Vec<&str> = stack
+            .split(';')
+            .map(|f| {
+                f.rsplit_once(':')
+                    .unwrap_or_else(|| panic!("{f:?} in {l:?} is not module:function"))
+                    .1
+            })
+            .collect();
+        *out.entry(functions.join(";")).or_default() += n.parse::<u64>().unwrap();
+    }
+    out
 }
 
 /// Checks the fields speedscope's file format (file-format-spec.ts, and the schema at
@@ -328,7 +339,7 @@ fn windows_of_two_instances_export_the_counts_they_hold() {
     assert_eq!(report["windows"], 2, "{report}");
     assert_eq!(
         std::fs::read_to_string(&folded).unwrap(),
-        "main;f 10\nmain;g 2\n"
+        "shop.a:main;shop.a:f 10\nshop.a:main;shop.b:g 2\n"
     );
 
     let ss = out.path().join("x.speedscope.json");

@@ -12,7 +12,7 @@ fn parse_date_comes_mostly_from_checkout() {
 
     let out = run_ok(&["routes", d, "--frame", "parse_date"], 0);
     let first = out.lines().next().unwrap();
-    assert!(first.starts_with("parse_date costs "), "{out}");
+    assert!(first.starts_with("app:parse_date costs "), "{out}");
     assert!(first.ends_with("% of that comes from /checkout"), "{out}");
     // The header's columns read apart ("of CPU CPU samples" ran together).
     let header: Vec<&str> = out
@@ -25,7 +25,7 @@ fn parse_date_comes_mostly_from_checkout() {
         .collect();
     assert_eq!(
         header,
-        ["of frame", "of CPU", "CPU samples", "route"],
+        ["share of frame", "share of CPU", "CPU samples", "route"],
         "{out}"
     );
     let routes: Vec<&str> = out

@@ -25,17 +25,23 @@ fn the_slowest_pricing_calculate_is_reported_with_its_frames_and_coverage() {
     let samples: u64 = head[5].parse().unwrap();
     assert!(samples > 20, "{out}");
 
-    // The frames on every sample (calculate, handle, serve) are left out; parse_date leads.
+    // Samples at their leaf frame: parse_date leads; frames that are never the leaf (handle,
+    // serve) do not show. Rows: samples, share, frame.
     let frames: Vec<(u64, &str)> = lines[1..lines.len() - 1]
         .iter()
         .map(|l| {
             assert!(l.starts_with("  "), "frame lines are indented: {l:?}");
-            let (n, f) = l.trim_start().split_once("  ").unwrap();
-            (n.parse().unwrap(), f)
+            let n = l.split_whitespace().next().unwrap();
+            (n.parse().unwrap(), l.rsplit("  ").next().unwrap())
         })
         .collect();
-    assert_eq!(frames[0].1, "parse_date", "{out}");
-    assert_eq!(frames[1].1, "apply_discount", "{out}");
+    assert_eq!(
+        frames.iter().map(|f| f.0).sum::<u64>(),
+        samples,
+        "the rows add up to the span's samples: {out}"
+    );
+    assert_eq!(frames[0].1, "app:parse_date", "{out}");
+    assert_eq!(frames[1].1, "app:apply_discount", "{out}");
     assert!(frames[0].0 > 3 * frames[1].0, "{out}");
     assert!(frames.iter().all(|(_, f)| *f != "serve"), "{out}");
 

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use span_profile_core::{Frame, Profile, ProfileSample, Resource, Stack, TraceId};
+use span_profile_export::store::frames::Grouping;
 use span_profile_export::store::query::{self, Filter, Report, Tally};
 use span_profile_export::store::{diff, summary::WindowSummary};
 use span_profile_test::XorShift as Rng;
@@ -84,6 +85,15 @@ fn filters() -> Vec<Filter> {
 
 /// Every field of a report (`Report` has no `PartialEq`: its coverage holds floats).
 fn assert_same(got: &Report, want: &Report, what: &str) {
+    for by in [Grouping::Function, Grouping::Module, Grouping::Package] {
+        for limit in [1, 3, 100] {
+            assert_eq!(
+                got.partition(by, limit),
+                want.partition(by, limit),
+                "partition by {by:?}, limit {limit}: {what}"
+            );
+        }
+    }
     assert_eq!(got.samples, want.samples, "samples: {what}");
     assert_eq!(got.cpu_samples, want.cpu_samples, "cpu_samples: {what}");
     assert_eq!(
@@ -118,6 +128,80 @@ fn assert_tallies(p: &[Profile], s: &WindowSummary, f: &Filter, what: &str) {
             "frame_cpu_by_route({function:?}): {what}"
         );
     }
+    // A frame named with its module or file: the summary answers as the window does, or
+    // declines when the function is in another file too (its CPU is kept by function alone).
+    for name in [
+        "app:parse_date",
+        "lib:handle",
+        "app.py:main",
+        "lib.py:render",
+    ] {
+        if let Some(t) = s.frame_cpu_by_route(f, name) {
+            assert_eq!(
+                t,
+                query::frame_cpu_by_route(p, f, name),
+                "frame_cpu_by_route({name:?}): {what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_name_that_picks_one_of_two_files_is_declined_and_decoded() {
+    // `run` in two files: stack 0 enters through asyncio's, stack 1 through uvicorn's.
+    let mut p = Profile::empty(Resource::default(), 0, MINUTE, 10_000_000);
+    p.frames = vec![
+        Frame::new("work", "app.py", 1),
+        Frame::new("run", "/usr/lib/python3.12/asyncio/runners.py", 2),
+        Frame::new(
+            "run",
+            "/venv/lib/python3.12/site-packages/uvicorn/main.py",
+            3,
+        ),
+    ];
+    p.stacks = vec![
+        Stack {
+            frames: vec![0, 1],
+            truncated: false,
+        },
+        Stack {
+            frames: vec![0, 2],
+            truncated: false,
+        },
+    ];
+    p.samples = vec![
+        ProfileSample::new(0, Arc::from("/a"), Arc::from("t"))
+            .with_cpu(3, 0)
+            .with_wall(3, 0),
+        ProfileSample::new(1, Arc::from("/b"), Arc::from("t"))
+            .with_cpu(5, 0)
+            .with_wall(5, 0),
+    ];
+    let s = WindowSummary::from_profile(&p);
+    let f = Filter::default();
+    let one = std::slice::from_ref(&p);
+    // The bare name is every `run`: the summary answers it (the CLI lists the two first).
+    assert_eq!(
+        s.frame_cpu_by_route(&f, "run"),
+        Some(query::frame_cpu_by_route(one, &f, "run"))
+    );
+    assert_eq!(query::frame_cpu_by_route(one, &f, "run").counts.len(), 2);
+    // One of the two: declined by the summary; the window answers with its own route only.
+    for (name, route, n) in [
+        ("asyncio.runners:run", "/a", 3),
+        ("uvicorn.main:run", "/b", 5),
+    ] {
+        assert!(s.frame_cpu_by_route(&f, name).is_none(), "{name}");
+        let t = query::frame_cpu_by_route(one, &f, name);
+        assert_eq!(t.total, 8);
+        assert_eq!(t.counts.len(), 1, "{name}");
+        assert_eq!(t.counts[route], n, "{name}");
+    }
+    // A function defined once: answered by module too.
+    assert_eq!(
+        s.frame_cpu_by_route(&f, "app:work").unwrap().counts.len(),
+        2
+    );
 }
 
 #[test]

@@ -401,3 +401,236 @@ pub fn pprof_top_rows(top: &str) -> Vec<(u64, String)> {
         })
         .collect()
 }
+
+// ---------------------------------------------------------------------------------------------
+// A tape: a walker that plays exact numbers of samples, so tests know every count.
+
+/// Frames of the tape's stacks, written `function@file:line`.
+pub mod tape_frames {
+    pub const PARSER: &str = "/srv/venv/lib/python3.11/site-packages/dateutil/parser/_parser.py";
+    pub const PARSE_640: &str =
+        "_parse@/srv/venv/lib/python3.11/site-packages/dateutil/parser/_parser.py:640";
+    pub const PARSE_700: &str =
+        "_parse@/srv/venv/lib/python3.11/site-packages/dateutil/parser/_parser.py:700";
+    pub const PARSE_DATE: &str = "parse_date@pricing/dates.py:8";
+    pub const APPLY_DISCOUNT: &str = "apply_discount@pricing/rules.py:12";
+    pub const CALCULATE: &str = "calculate@pricing/rules.py:30";
+    pub const RENDER: &str = "render@/srv/app/app/views.py:5";
+    pub const CHECKOUT: &str = "checkout@/srv/app/app/routes.py:20";
+    pub const ORDERS: &str = "orders@/srv/app/app/routes.py:40";
+    pub const ITERENCODE: &str = "iterencode@/usr/lib/python3.11/json/encoder.py:430";
+    pub const DUMPS: &str = "dumps@/usr/lib/python3.11/json/__init__.py:231";
+    pub const FORMAT: &str = "format@/usr/lib/python3.11/logging/__init__.py:700";
+    pub const EMIT: &str = "emit@/usr/lib/python3.11/logging/__init__.py:1100";
+    pub const ASYNCIO_RUN: &str = "run@/usr/lib/python3.11/asyncio/runners.py:190";
+    pub const UVICORN_RUN: &str = "run@/srv/venv/lib/python3.11/site-packages/uvicorn/main.py:577";
+    pub const RUN_FOREVER: &str = "run_forever@/usr/lib/python3.11/asyncio/base_events.py:607";
+    pub const RUN_MAIN: &str = "_run_module_as_main@<frozen runpy>:198";
+    pub const BOOTSTRAP_INNER: &str = "_bootstrap_inner@/usr/lib/python3.11/threading.py:1038";
+    pub const BOOTSTRAP: &str = "_bootstrap@/usr/lib/python3.11/threading.py:995";
+}
+
+use tape_frames as tf;
+
+/// The tape's stacks, leaf first. Requests enter through `asyncio.run` (checkout) or
+/// `uvicorn`'s `run` (orders): two functions named `run` in different files.
+pub const T_PARSE_640: &[&str] = &[
+    tf::PARSE_640,
+    tf::PARSE_DATE,
+    tf::CALCULATE,
+    tf::CHECKOUT,
+    tf::ASYNCIO_RUN,
+    tf::RUN_MAIN,
+];
+pub const T_PARSE_700: &[&str] = &[
+    tf::PARSE_700,
+    tf::PARSE_DATE,
+    tf::CALCULATE,
+    tf::CHECKOUT,
+    tf::ASYNCIO_RUN,
+    tf::RUN_MAIN,
+];
+pub const T_DISCOUNT: &[&str] = &[
+    tf::APPLY_DISCOUNT,
+    tf::CALCULATE,
+    tf::CHECKOUT,
+    tf::ASYNCIO_RUN,
+    tf::RUN_MAIN,
+];
+pub const T_RENDER: &[&str] = &[tf::RENDER, tf::CHECKOUT, tf::ASYNCIO_RUN, tf::RUN_MAIN];
+pub const T_ENCODE: &[&str] = &[
+    tf::ITERENCODE,
+    tf::DUMPS,
+    tf::ORDERS,
+    tf::UVICORN_RUN,
+    tf::RUN_MAIN,
+];
+pub const T_LOG: &[&str] = &[
+    tf::FORMAT,
+    tf::EMIT,
+    tf::RUN_FOREVER,
+    tf::BOOTSTRAP_INNER,
+    tf::BOOTSTRAP,
+];
+
+const TAPE_STACKS: &[&[&str]] = &[
+    T_PARSE_640,
+    T_PARSE_700,
+    T_DISCOUNT,
+    T_RENDER,
+    T_ENCODE,
+    T_LOG,
+];
+
+fn tape_frame_id(spec: &str) -> u64 {
+    let all: Vec<&str> = TAPE_STACKS.iter().flat_map(|s| s.iter().copied()).collect();
+    all.iter().position(|n| *n == spec).unwrap() as u64 + 1
+}
+
+/// `function@file:line` as a frame.
+pub fn tape_frame(spec: &str) -> Frame {
+    let (function, rest) = spec.split_once('@').unwrap();
+    let (file, line) = rest.rsplit_once(':').unwrap();
+    Frame::new(function, file, line.parse().unwrap())
+}
+
+#[derive(Debug)]
+struct Play {
+    thread: u64,
+    stack: usize,
+    ticks: u64,
+    span: Option<ActiveSpan>,
+}
+
+/// Samples to play, one per tick, in order; nothing is sampled when the tape is empty. Each
+/// sample stands for one sampling period of CPU (10 ms at 100 Hz), so its CPU samples equal
+/// its wall samples.
+#[derive(Debug, Clone, Default)]
+pub struct Tape {
+    queue: Arc<std::sync::Mutex<std::collections::VecDeque<Play>>>,
+}
+
+impl Tape {
+    /// Plays `ticks` samples of `stack` on `thread`, in `span` (none: background).
+    pub fn play(&self, thread: u64, stack: &[&str], ticks: u64, span: Option<&Span<'_>>) {
+        let stack = TAPE_STACKS.iter().position(|s| *s == stack).unwrap();
+        self.queue.lock().unwrap().push_back(Play {
+            thread,
+            stack,
+            ticks,
+            span: span.map(|s| s.active),
+        });
+    }
+
+    /// Waits until every queued sample was taken.
+    pub fn wait(&self) {
+        while !self.queue.lock().unwrap().is_empty() {
+            ms(5);
+        }
+    }
+
+    pub fn walker(&self) -> TapeWalker {
+        TapeWalker {
+            queue: self.queue.clone(),
+            raw: TAPE_STACKS
+                .iter()
+                .map(|s| {
+                    s.iter()
+                        .map(|spec| RawFrame {
+                            id: tape_frame_id(spec),
+                            line: tape_frame(spec).line,
+                        })
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct TapeWalker {
+    queue: Arc<std::sync::Mutex<std::collections::VecDeque<Play>>>,
+    raw: Vec<Vec<RawFrame>>,
+}
+
+impl StackWalker for TapeWalker {
+    fn walk(&mut self, sink: &mut dyn StackSink) {
+        let mut q = self.queue.lock().unwrap();
+        let Some(front) = q.front_mut() else { return };
+        sink.sample(
+            &RawSample::new(
+                ExecutionKey::thread(front.thread),
+                &self.raw[front.stack],
+                "worker",
+            )
+            .with_cpu_ns(10_000_000)
+            .with_span(SpanSource::Resolved(front.span)),
+        );
+        front.ticks -= 1;
+        if front.ticks == 0 {
+            q.pop_front();
+        }
+    }
+
+    fn symbolize(&mut self, raw: RawFrame) -> Frame {
+        let all: Vec<&str> = TAPE_STACKS.iter().flat_map(|s| s.iter().copied()).collect();
+        tape_frame(all[raw.id as usize - 1])
+    }
+}
+
+/// A profiler writing 60 s windows of service `service` to `dir`, playing `tape` at 100 Hz.
+pub fn tape_profiler(dir: &Path, service: &str, version: &str, tape: &Tape) -> Profiler {
+    Profiler::builder()
+        .with_window(Duration::from_secs(60))
+        .with_service(service)
+        .with_version(version)
+        .with_instance("test-1")
+        .with_sample_rate_hz(100)
+        .with_walker(tape.walker())
+        .with_exporter(FileStore::new(dir))
+        .start()
+        .unwrap()
+}
+
+/// The shop scenario, every count exact. Two `POST /checkout` requests (route `/checkout`,
+/// root spans 1 and 3) each with a `pricing.calculate` child (spans 2 and 4); one
+/// `GET /orders` request (route `/orders`, span 5); a logging thread in the background:
+///
+/// | route      | stack       | samples |
+/// |------------|-------------|---------|
+/// | /checkout  | T_PARSE_640 | 30 (span 2) |
+/// | /checkout  | T_PARSE_700 | 10 (span 2) |
+/// | /checkout  | T_DISCOUNT  | 8 (span 2) + 4 (span 4) |
+/// | /checkout  | T_RENDER    | 5 (span 1) + 3 (span 3) |
+/// | /orders    | T_ENCODE    | 20 (span 5) |
+/// | background | T_LOG       | 6 (thread 2) |
+pub fn record_shop(dir: &Path) {
+    let tape = Tape::default();
+    let p = tape_profiler(dir, "shop", "1.0", &tape);
+    let root = start_span(&p, 0xa1, 1, None, "POST /checkout", Some("/checkout"));
+    let calc = start_span(&p, 0xa1, 2, Some(1), "pricing.calculate", None);
+    tape.play(1, T_PARSE_640, 30, Some(&calc));
+    tape.play(1, T_PARSE_700, 10, Some(&calc));
+    tape.play(1, T_DISCOUNT, 8, Some(&calc));
+    tape.wait();
+    calc.end();
+    tape.play(1, T_RENDER, 5, Some(&root));
+    tape.play(2, T_LOG, 6, None);
+    tape.wait();
+    root.end();
+
+    let root = start_span(&p, 0xa2, 3, None, "POST /checkout", Some("/checkout"));
+    let calc = start_span(&p, 0xa2, 4, Some(3), "pricing.calculate", None);
+    tape.play(1, T_DISCOUNT, 4, Some(&calc));
+    tape.wait();
+    calc.end();
+    tape.play(1, T_RENDER, 3, Some(&root));
+    tape.wait();
+    root.end();
+
+    let orders = start_span(&p, 0xa3, 5, None, "GET /orders", Some("/orders"));
+    tape.play(1, T_ENCODE, 20, Some(&orders));
+    tape.wait();
+    orders.end();
+    p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
+}

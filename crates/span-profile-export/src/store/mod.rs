@@ -18,6 +18,8 @@
 //! were read, are modules of their own:
 //! - [`query`]: [`Filter`](query::Filter), reports, routes, the spans of some windows, and the
 //!   counting rules every answer shares;
+//! - [`frames`]: how a frame is named and matched (function and file, shown as
+//!   `module:function`), and how reports group frames;
 //! - [`diff`]: deploy-to-deploy diffs of self CPU by frame, with a significance test
 //!   (ADR 0023), and CPU per request by route;
 //! - [`peers`]: one span against the other spans of its name;
@@ -29,6 +31,7 @@
 pub mod diff;
 mod error;
 mod fold;
+pub mod frames;
 mod list;
 pub mod peers;
 pub mod query;

@@ -23,6 +23,8 @@ use serde::Serialize;
 
 use span_profile_core::{Profile, ProfileSample, SpanId, SpanRecord, TraceId, WindowInfo};
 
+use crate::store::frames::{display_name, group_key, module_of, Grouping};
+
 /// Which samples to select. Set fields combine with AND.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -144,6 +146,61 @@ pub struct FrameCost {
     pub total_samples: u64,
 }
 
+/// A line's cost in a selection: one row of a report by line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LineCost {
+    /// Function name.
+    pub function: String,
+    /// File.
+    pub file: String,
+    /// 1-based line; 0 when unknown.
+    pub line: u32,
+    /// Samples where this line is the leaf.
+    pub self_samples: u64,
+    /// Samples where this line is anywhere on the stack (counted once per sample).
+    pub total_samples: u64,
+}
+
+/// One row of a [`Partition`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionRow {
+    /// The row as a person reads it: `module:function`, `module:function (file:line)`, a
+    /// module or a package.
+    pub name: String,
+    /// The function, when rows are frames or lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// The file, when rows are frames or lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The module ([`module_of`]), when the file gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// The line, when rows are lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// Samples whose leaf frame falls in this row: the row's part of the partition.
+    pub self_samples: u64,
+    /// Samples with this row anywhere on the stack, when rows are frames or lines (a module
+    /// or package total is not kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_samples: Option<u64>,
+}
+
+/// A selection's samples, each counted once at its leaf frame and grouped: the rows plus
+/// `other_samples` add up to `samples` exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Partition {
+    /// How the rows group the samples.
+    pub by: Grouping,
+    /// Samples of the selection.
+    pub samples: u64,
+    /// The largest rows, by self samples (ties by name).
+    pub rows: Vec<PartitionRow>,
+    /// Samples of the rows left out, and of stacks without frames.
+    pub other_samples: u64,
+}
+
 /// Whether a span got the samples its duration predicts.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Coverage {
@@ -187,6 +244,10 @@ pub struct Report {
     pub coverage: Option<Coverage>,
     /// Windows that contributed.
     pub windows: usize,
+    /// Every line of the selection, when the report was made with lines
+    /// ([`report_with_lines`]); `None` otherwise (window summaries keep no lines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<Vec<LineCost>>,
 }
 
 impl Report {
@@ -200,6 +261,93 @@ impl Report {
     /// The `n` costliest frames.
     pub fn top(&self, n: usize) -> &[FrameCost] {
         &self.frames[..n.min(self.frames.len())]
+    }
+
+    /// The selection's samples counted once each, at the leaf frame, grouped `by` (frame,
+    /// module, package or line), the `limit` largest rows kept and the rest in
+    /// [`Partition::other_samples`]. `None` by line when the report has no lines (see
+    /// [`Report::lines`]).
+    ///
+    /// ```
+    /// use span_profile_export::store::frames::Grouping;
+    /// use span_profile_export::store::query::{report, Filter};
+    /// # let profiles: Vec<span_profile_core::Profile> = vec![];
+    /// let r = report(&profiles, &Filter::default().route("/checkout"));
+    /// let p = r.partition(Grouping::Module, 10).expect("modules need no lines");
+    /// let shown: u64 = p.rows.iter().map(|row| row.self_samples).sum();
+    /// assert_eq!(shown + p.other_samples, r.samples);
+    /// ```
+    pub fn partition(&self, by: Grouping, limit: usize) -> Option<Partition> {
+        let mut rows: Vec<PartitionRow> = match by {
+            Grouping::Function => self
+                .frames
+                .iter()
+                .filter(|f| f.self_samples > 0)
+                .map(|f| PartitionRow {
+                    name: display_name(&f.function, &f.file),
+                    function: Some(f.function.clone()),
+                    file: Some(f.file.clone()),
+                    module: module_of(&f.file),
+                    line: None,
+                    self_samples: f.self_samples,
+                    total_samples: Some(f.total_samples),
+                })
+                .collect(),
+            Grouping::Line => self
+                .lines
+                .as_ref()?
+                .iter()
+                .filter(|l| l.self_samples > 0)
+                .map(|l| PartitionRow {
+                    name: format!(
+                        "{} ({}:{})",
+                        display_name(&l.function, &l.file),
+                        l.file,
+                        l.line
+                    ),
+                    function: Some(l.function.clone()),
+                    file: Some(l.file.clone()),
+                    module: module_of(&l.file),
+                    line: Some(l.line),
+                    self_samples: l.self_samples,
+                    total_samples: Some(l.total_samples),
+                })
+                .collect(),
+            Grouping::Module | Grouping::Package => {
+                let mut by_key: HashMap<String, u64> = HashMap::new();
+                for f in self.frames.iter().filter(|f| f.self_samples > 0) {
+                    *by_key.entry(group_key(by, &f.file)).or_default() += f.self_samples;
+                }
+                by_key
+                    .into_iter()
+                    .map(|(name, n)| PartitionRow {
+                        module: (by == Grouping::Module && !name.starts_with('<'))
+                            .then(|| name.clone()),
+                        name,
+                        function: None,
+                        file: None,
+                        line: None,
+                        self_samples: n,
+                        total_samples: None,
+                    })
+                    .collect()
+            }
+        };
+        rows.sort_by(|a, b| {
+            b.self_samples
+                .cmp(&a.self_samples)
+                .then_with(|| a.name.cmp(&b.name))
+                .then_with(|| a.file.cmp(&b.file))
+                .then_with(|| a.line.cmp(&b.line))
+        });
+        rows.truncate(limit);
+        let shown: u64 = rows.iter().map(|r| r.self_samples).sum();
+        Some(Partition {
+            by,
+            samples: self.samples,
+            rows,
+            other_samples: self.samples.saturating_sub(shown),
+        })
     }
 
     /// Adds the report of other windows, made with the same filter: counts add up and frames
@@ -219,6 +367,13 @@ impl Report {
     /// r.merge(report(&b, &f));
     /// ```
     pub fn merge(&mut self, other: Report) {
+        // Lines add up when both reports have them; a report without samples adds nothing.
+        self.lines = match (self.lines.take(), other.lines) {
+            (Some(a), Some(b)) => Some(merge_lines(a, b)),
+            (a, b) if other.samples == 0 => a.or(if self.samples == 0 { b } else { None }),
+            (None, b) if self.samples == 0 => b,
+            _ => None,
+        };
         // A report without samples says nothing about the entry path.
         self.entry_path = match (self.samples == 0, other.samples == 0) {
             (_, true) => self.entry_path.take(),
@@ -282,6 +437,19 @@ impl Report {
         }
         sort_frames(&mut self.frames);
     }
+}
+
+/// Lines of two reports, summed by function, file and line, costliest first.
+fn merge_lines(a: Vec<LineCost>, b: Vec<LineCost>) -> Vec<LineCost> {
+    let mut costs: FrameCosts<(&str, &str, u32)> = FrameCosts::default();
+    for l in a.iter().chain(&b) {
+        costs.add(
+            (l.function.as_str(), l.file.as_str(), l.line),
+            l.self_samples,
+            l.total_samples,
+        );
+    }
+    costs.into_lines()
 }
 
 /// By total samples, then self samples (both descending), then function and file name. Frames
@@ -360,6 +528,42 @@ impl FrameCosts<(&str, &str)> {
             .collect();
         sort_frames(&mut frames);
         frames
+    }
+}
+
+impl FrameCosts<(&str, &str, u32)> {
+    /// The lines of a [`Report`], costliest first.
+    pub(crate) fn into_lines(self) -> Vec<LineCost> {
+        let mut lines: Vec<LineCost> = self
+            .costs
+            .into_iter()
+            .map(
+                |((function, file, line), (self_samples, total_samples))| LineCost {
+                    function: function.to_string(),
+                    file: file.to_string(),
+                    line,
+                    self_samples,
+                    total_samples,
+                },
+            )
+            .collect();
+        lines.sort_unstable_by(|a, b| {
+            (
+                b.total_samples,
+                b.self_samples,
+                &a.function,
+                &a.file,
+                a.line,
+            )
+                .cmp(&(
+                    a.total_samples,
+                    a.self_samples,
+                    &b.function,
+                    &b.file,
+                    b.line,
+                ))
+        });
+        lines
     }
 }
 
@@ -447,21 +651,39 @@ pub fn cpu_by_root_frame(profiles: &[Profile], filter: &Filter) -> Tally {
     t
 }
 
-/// Wall samples by folded stack, `root;caller;leaf` (function names, `;` in a name replaced by
-/// `:`), the input of a flame graph.
+/// Wall samples by folded stack, `root;caller;leaf` (frames named `module:function` as
+/// [`display_name`] names them, `;` in a name replaced by `:`), the input of a flame graph.
 pub fn folded_stacks(profiles: &[Profile], filter: &Filter) -> Tally {
     let mut t = Tally::default();
-    let mut names: Vec<&str> = Vec::new();
     let mut line = String::new();
+    // The display names of the current window's frames, made once per window.
+    let mut shown: Vec<String> = Vec::new();
+    let mut current: *const Profile = std::ptr::null();
     for_each_sample(profiles, filter, |p, s| {
         if s.wall_samples == 0 {
             return;
         }
         t.total += s.wall_samples;
-        names.clear();
-        names.extend(p.stack_frames(s.stack).map(|f| f.function.as_str()));
+        if !std::ptr::eq(current, p) {
+            current = p;
+            shown = p
+                .frames
+                .iter()
+                .map(|f| display_name(&f.function, &f.file))
+                .collect();
+        }
+        let stack = p
+            .stacks
+            .get(s.stack as usize)
+            .map_or(&[][..], |st| st.frames.as_slice());
         line.clear();
-        for (i, n) in names.iter().rev().enumerate() {
+        // Root first; an out-of-range frame index is skipped, as `Profile::stack_frames` does.
+        for (i, n) in stack
+            .iter()
+            .rev()
+            .filter_map(|&f| shown.get(f as usize))
+            .enumerate()
+        {
             if i > 0 {
                 line.push(';');
             }
@@ -470,6 +692,162 @@ pub fn folded_stacks(profiles: &[Profile], filter: &Filter) -> Tally {
         t.add(&line, s.wall_samples);
     });
     t
+}
+
+/// A route's CPU and its requests, in a [`CostAttribution`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteCost {
+    /// CPU samples with this route label.
+    pub cpu_samples: u64,
+    /// CPU time of those samples, nanoseconds.
+    pub cpu_ns: u64,
+    /// The route's requests: local-root spans with this route in the windows' span tables.
+    /// Windows keep the spans their samples need (ADR 0010), so a request no sample caught
+    /// is not among them.
+    pub requests: HashSet<SpanId>,
+    /// Some of the route's samples lost their spans (roll-ups made by `compact` keep no span
+    /// ids and no span tables), so its requests cannot be counted.
+    pub requests_unknown: bool,
+}
+
+impl RouteCost {
+    /// How many requests, when they can be counted.
+    pub fn request_count(&self) -> Option<usize> {
+        (!self.requests_unknown).then_some(self.requests.len())
+    }
+
+    /// CPU time per request, nanoseconds (`None` without requests or when they cannot be
+    /// counted).
+    pub fn cpu_ns_per_request(&self) -> Option<u64> {
+        let n = self.request_count()? as u64;
+        (n > 0).then(|| self.cpu_ns / n)
+    }
+}
+
+/// Where a selection's CPU goes: by route, with each route's requests, and by leaf frame (self
+/// CPU, so that thread and event-loop entry frames, which are never the leaf of a busy
+/// stack, do not show). The mergeable answer of [`cost_attribution`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CostAttribution {
+    /// CPU samples of the selection.
+    pub cpu_samples: u64,
+    /// CPU time of the selection, nanoseconds.
+    pub cpu_ns: u64,
+    /// By route label.
+    pub routes: HashMap<String, RouteCost>,
+    /// Self CPU samples by leaf frame, as (function, file).
+    pub self_cpu: HashMap<(String, String), u64>,
+}
+
+impl CostAttribution {
+    /// Adds the attribution of other windows (requests seen in both count once).
+    pub fn merge(&mut self, other: CostAttribution) {
+        self.cpu_samples += other.cpu_samples;
+        self.cpu_ns += other.cpu_ns;
+        for (route, c) in other.routes {
+            let e = self.routes.entry(route).or_default();
+            e.cpu_samples += c.cpu_samples;
+            e.cpu_ns += c.cpu_ns;
+            e.requests.extend(c.requests);
+            e.requests_unknown |= c.requests_unknown;
+        }
+        for (k, n) in other.self_cpu {
+            *self.self_cpu.entry(k).or_default() += n;
+        }
+    }
+
+    /// Self CPU samples grouped `by` module or package ([`group_key`]); by function and line
+    /// it is keyed by [`display_name`]. Largest first, ties by key.
+    pub fn self_cpu_by(&self, by: Grouping) -> Vec<(String, u64)> {
+        let mut m: HashMap<String, u64> = HashMap::new();
+        for ((function, file), &n) in &self.self_cpu {
+            let key = match by {
+                Grouping::Module | Grouping::Package => group_key(by, file),
+                _ => display_name(function, file),
+            };
+            *m.entry(key).or_default() += n;
+        }
+        let mut v: Vec<(String, u64)> = m.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v
+    }
+}
+
+/// CPU by route (with the requests of each route: its local-root spans) and self CPU by leaf
+/// frame, of the selected samples.
+pub fn cost_attribution(profiles: &[Profile], filter: &Filter) -> CostAttribution {
+    let mut a = CostAttribution::default();
+    let mut leaf_cpu: FxHashMap<(*const Profile, u32), u64> = FxHashMap::default();
+    for_each_sample(profiles, filter, |p, s| {
+        if s.cpu_samples == 0 && s.cpu_ns == 0 {
+            return;
+        }
+        a.cpu_samples += s.cpu_samples;
+        a.cpu_ns += s.cpu_ns;
+        match a.routes.get_mut(&*s.route) {
+            Some(r) => {
+                r.cpu_samples += s.cpu_samples;
+                r.cpu_ns += s.cpu_ns;
+            }
+            None => {
+                a.routes.insert(
+                    s.route.to_string(),
+                    RouteCost {
+                        cpu_samples: s.cpu_samples,
+                        cpu_ns: s.cpu_ns,
+                        ..RouteCost::default()
+                    },
+                );
+            }
+        }
+        // A span without the window's span table, or a request's route without its span: a
+        // roll-up that dropped them.
+        let spans_dropped = match s.span {
+            Some(_) => p.spans.is_empty(),
+            None => &*s.route != span_profile_core::labels::BACKGROUND_ROUTE,
+        };
+        if spans_dropped {
+            if let Some(r) = a.routes.get_mut(&*s.route) {
+                r.requests_unknown = true;
+            }
+        }
+        if s.cpu_samples > 0 {
+            let leaf = p
+                .stacks
+                .get(s.stack as usize)
+                .and_then(|st| st.frames.first().copied())
+                .unwrap_or(u32::MAX);
+            *leaf_cpu.entry((p as *const Profile, leaf)).or_default() += s.cpu_samples;
+        }
+    });
+    for p in profiles.iter().filter(|p| filter.matches_window(p)) {
+        for (&(_, leaf), &n) in leaf_cpu.iter().filter(|((q, _), _)| std::ptr::eq(*q, p)) {
+            let key = p
+                .frames
+                .get(leaf as usize)
+                .map_or((String::new(), String::new()), |f| {
+                    (f.function.clone(), f.file.clone())
+                });
+            *a.self_cpu.entry(key).or_default() += n;
+        }
+        for r in &p.spans {
+            let Some(route) = r.route.as_deref() else {
+                continue;
+            };
+            if r.span_id != r.local_root_span_id
+                || filter.route.as_deref().is_some_and(|want| want != route)
+                || filter.trace_id.is_some_and(|t| t != r.trace_id)
+            {
+                continue;
+            }
+            a.routes
+                .entry(route.to_string())
+                .or_default()
+                .requests
+                .insert(r.span_id);
+        }
+    }
+    a
 }
 
 /// Applies `filter` sample by sample, calling `f` for each selected sample of each window.
@@ -501,8 +879,19 @@ pub fn for_each_sample<'a>(
 
 /// Samples, top frames and coverage of the selected samples.
 pub fn report(profiles: &[Profile], filter: &Filter) -> Report {
+    report_impl(profiles, filter, false)
+}
+
+/// [`report`] with [`Report::lines`] filled in: what a report by line needs. Window
+/// summaries keep no lines, so this is answered from decoded windows only.
+pub fn report_with_lines(profiles: &[Profile], filter: &Filter) -> Report {
+    report_impl(profiles, filter, true)
+}
+
+fn report_impl(profiles: &[Profile], filter: &Filter, with_lines: bool) -> Report {
     let mut r = Report::default();
     let mut costs: FrameCosts<(&str, &str)> = FrameCosts::default();
+    let mut line_costs: FrameCosts<(&str, &str, u32)> = FrameCosts::default();
     // The common root-first prefix so far (`None` before the first sample).
     let mut entry: Option<Vec<(&str, &str)>> = None;
     let mut stack: Vec<(&str, &str)> = Vec::new();
@@ -515,6 +904,13 @@ pub fn report(profiles: &[Profile], filter: &Filter) -> Report {
                 .map(|f| (f.function.as_str(), f.file.as_str())),
         );
         costs.add_stack(stack.iter().copied(), s.wall_samples);
+        if with_lines {
+            line_costs.add_stack(
+                p.stack_frames(s.stack)
+                    .map(|f| (f.function.as_str(), f.file.as_str(), f.line)),
+                s.wall_samples,
+            );
+        }
         match &mut entry {
             None => entry = Some(stack.iter().rev().copied().collect()),
             Some(e) => {
@@ -531,6 +927,9 @@ pub fn report(profiles: &[Profile], filter: &Filter) -> Report {
         r.add_window(p.total_wall_samples(), p.total_cpu_samples());
     }
     r.frames = costs.into_frames();
+    if with_lines {
+        r.lines = Some(line_costs.into_lines());
+    }
     r.entry_path = Some(
         entry
             .unwrap_or_default()
@@ -678,27 +1077,43 @@ pub struct RouteShare {
     pub share_of_total: f64,
 }
 
-/// CPU samples of `function` (anywhere on the stack) by route, with the CPU samples of the
-/// whole selection as the total: the mergeable form of [`routes_for_frame`].
-pub fn frame_cpu_by_route(profiles: &[Profile], filter: &Filter, function: &str) -> Tally {
+/// CPU samples of the frame `name` names (anywhere on the stack) by route, with the CPU
+/// samples of the whole selection as the total: the mergeable form of [`routes_for_frame`].
+/// `name` is `function` or `module:function` (see [`frames::matches`](crate::store::frames::matches)); a bare
+/// function name matches it in every file, so resolve it to one frame first when several
+/// files define it ([`frames_named`]).
+pub fn frame_cpu_by_route(profiles: &[Profile], filter: &Filter, name: &str) -> Tally {
     let mut t = Tally::default();
     for_each_sample(profiles, filter, |p, s| {
         t.total += s.cpu_samples;
-        if s.cpu_samples > 0 && p.stack_frames(s.stack).any(|f| f.function == function) {
+        if s.cpu_samples > 0
+            && p.stack_frames(s.stack)
+                .any(|f| crate::store::frames::matches(name, &f.function, &f.file))
+        {
             t.add(&s.route, s.cpu_samples);
         }
     });
     t
 }
 
-/// The reverse query: which routes produce `function`'s CPU samples. Returns the frame's share
-/// of all CPU samples and the per-route breakdown, largest first.
+/// The distinct frames of a report that `name` names, costliest first: more than one when
+/// a bare function name is defined in several files.
+pub fn frames_named<'a>(r: &'a Report, name: &str) -> Vec<&'a FrameCost> {
+    r.frames
+        .iter()
+        .filter(|f| crate::store::frames::matches(name, &f.function, &f.file))
+        .collect()
+}
+
+/// The reverse query: which routes produce the CPU samples of the frame `name` names
+/// ([`frame_cpu_by_route`]). Returns the frame's share of all CPU samples and the per-route
+/// breakdown, largest first.
 pub fn routes_for_frame(
     profiles: &[Profile],
     filter: &Filter,
-    function: &str,
+    name: &str,
 ) -> (f64, Vec<RouteShare>) {
-    route_shares(&frame_cpu_by_route(profiles, filter, function))
+    route_shares(&frame_cpu_by_route(profiles, filter, name))
 }
 
 /// [`routes_for_frame`]'s answer from a [`frame_cpu_by_route`] tally.

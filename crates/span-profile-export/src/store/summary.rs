@@ -16,6 +16,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use span_profile_core::{Profile, WindowInfo};
 
+use crate::store::frames;
 use crate::store::query::{distinct, Filter, FrameCosts, Report, Tally};
 
 /// One window, summarized by route. Strings are kept once in [`WindowSummary::strings`] and
@@ -327,11 +328,35 @@ impl WindowSummary {
     }
 
     /// [`crate::store::query::frame_cpu_by_route`] of this window, or `None` for a filter with a span or a
-    /// trace.
-    pub fn frame_cpu_by_route(&self, filter: &Filter, function: &str) -> Option<Tally> {
+    /// trace. The CPU by function is kept by function name alone, so a `name` that matches
+    /// the function in one file while the window has the same function in another file
+    /// (`module:function` for one of two `run`s) declines: the window is decoded instead.
+    pub fn frame_cpu_by_route(&self, filter: &Filter, name: &str) -> Option<Tally> {
+        let matches =
+            |f: &FrameSummary| frames::matches(name, self.string(f.function), self.string(f.file));
+        let frames = || {
+            self.selected(filter, true)
+                .into_iter()
+                .flatten()
+                .flat_map(|r| &r.frames)
+        };
+        // The function the name matches (one name, whatever the file).
+        let mut function: Option<&str> = None;
+        for f in frames().filter(|f| matches(f)) {
+            let func = self.string(f.function);
+            if function.is_some_and(|g| g != func) {
+                return None;
+            }
+            function = Some(func);
+        }
+        if let Some(func) = function {
+            if frames().any(|f| self.string(f.function) == func && !matches(f)) {
+                return None;
+            }
+        }
         self.tally(filter, true, |t, route| {
             for &(f, n) in &route.function_cpu {
-                if self.string(f) == function {
+                if Some(self.string(f)) == function {
                     add_positive(t, self.string(route.route), n);
                 }
             }
