@@ -19,13 +19,16 @@
 //!   counting rules every answer shares;
 //! - [`diff`]: deploy-to-deploy diffs of CPU by function;
 //! - [`summary`]: [`WindowSummary`](summary::WindowSummary), a window's counts made when it is
-//!   written, which answers as [`query`] and [`diff`] do for selections without a span or trace.
+//!   written, which answers as [`query`] and [`diff`] do for selections without a span or trace;
+//! - [`inventory`]: what a store holds (services, versions, environments, instances, routes),
+//!   and the existing names nearest one that matched nothing.
 //!
 //! The writer of the store is [`FileStore`](crate::FileStore); both follow the same layout.
 
 pub mod diff;
 mod error;
 mod fold;
+pub mod inventory;
 mod list;
 pub mod query;
 mod read;
