@@ -1,9 +1,9 @@
 //! Names that match nothing: an empty selection (exit 3) that names a service, version,
 //! environment, instance or route the store does not have says so, with the names that do
 //! exist, nearest first (`no service "chekout"; services in the store: checkout (closest),
-//! billing`). How near a name is, is `store::inventory`'s ([`nearest`], [`is_close`]).
+//! billing`). How near a name is, is `store::inventory`'s ([`nearest`], [`closest`]).
 
-use span_profile_export::store::inventory::{self, is_close, nearest, Label};
+use span_profile_export::store::inventory::{self, closest, nearest, Label};
 use span_profile_export::store::query::Filter;
 use span_profile_export::store::Store;
 
@@ -15,12 +15,14 @@ use crate::Empty;
 const LISTED: usize = 10;
 
 /// `services in the store: checkout (closest), billing`: `names` nearest `want` first, the
-/// first marked when it is close, at most [`LISTED`] of them.
+/// first marked when it is the one [`closest`] picks, at most [`LISTED`] of them.
 pub(crate) fn listed<'a>(
     what: &str,
     want: &str,
     names: impl IntoIterator<Item = &'a str>,
 ) -> String {
+    let names: Vec<&str> = names.into_iter().collect();
+    let mark = closest(want, names.iter().copied());
     let names = nearest(want, names);
     if names.is_empty() {
         return format!("there are no {what}");
@@ -30,7 +32,7 @@ pub(crate) fn listed<'a>(
         .take(LISTED)
         .map(|n| Shown(n).to_string())
         .collect();
-    if is_close(want, names[0]) {
+    if mark == Some(names[0]) {
         shown[0].push_str(" (closest)");
     }
     if names.len() > LISTED {

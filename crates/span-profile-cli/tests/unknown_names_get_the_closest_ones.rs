@@ -132,6 +132,12 @@ fn unknown_names_get_the_closest_ones() {
         "{e}"
     );
     assert!(!e.contains("(closest)"), "{e}");
+    // Two names equally near: neither is marked.
+    let e = empty(&["top", d, "--instance", "web-4"]);
+    assert!(
+        e.contains("no instance \"web-4\"; instances in the store: web-1, web-7"),
+        "{e}"
+    );
     // Labels are looked for in the service asked for.
     let e = empty(&["top", d, "--service", "billing", "--route", "/checkout"]);
     assert!(

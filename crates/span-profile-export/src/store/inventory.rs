@@ -1,6 +1,6 @@
 //! What a store holds: its services and, for each, the versions, environments, instances and
 //! routes of its windows, each with how many windows it is in and their time range; and
-//! [`nearest`], the names that exist closest to one that matched nothing.
+//! [`nearest`] and [`closest`], the names that exist nearest one that matched nothing.
 //!
 //! The inventory is read from each window's summary (ADR 0006), of which only the route
 //! names and the resource are decoded; a window whose summary is missing, unusable, or older
@@ -257,23 +257,48 @@ pub fn inventory(store: &Store, filter: &Filter) -> Result<Inventory, QueryError
 }
 
 /// The distinct `names`, nearest to `want` first: by edit distance ignoring case, then by
-/// edit distance, then by name. The one place that judges how close a name is.
+/// edit distance, then by name. With [`closest`] and [`is_close`], the one place that judges
+/// how close a name is.
 pub fn nearest<'a>(want: &str, names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    ranked(want, names).into_iter().map(|(_, n)| n).collect()
+}
+
+/// The name among `names` that `want` most likely meant: [close](is_close) to it and nearer
+/// than every other name; `None` when none is close or two are equally near.
+///
+/// ```
+/// use span_profile_export::store::inventory::closest;
+/// assert_eq!(closest("chekout", ["billing", "checkout"]), Some("checkout"));
+/// assert_eq!(closest("route_5", ["route_1", "route_2"]), None, "a tie");
+/// assert_eq!(closest("zzz", ["checkout"]), None, "not close");
+/// ```
+pub fn closest<'a>(want: &str, names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let r = ranked(want, names);
+    let (first, name) = *r.first()?;
+    let unique = r.get(1).is_none_or(|(second, _)| first < *second);
+    (unique && is_close(want, name)).then_some(name)
+}
+
+/// Distinct names with their distance to `want` (ignoring case, then exact), nearest first.
+fn ranked<'a>(
+    want: &str,
+    names: impl IntoIterator<Item = &'a str>,
+) -> Vec<((usize, usize), &'a str)> {
     let want_lower = want.to_lowercase();
-    let mut ranked: Vec<(usize, usize, &str)> = names
+    let mut ranked: Vec<((usize, usize), &str)> = names
         .into_iter()
         .collect::<FxHashSet<&str>>()
         .into_iter()
         .map(|n| {
-            (
+            let d = (
                 edit_distance(&want_lower, &n.to_lowercase()),
                 edit_distance(want, n),
-                n,
-            )
+            );
+            (d, n)
         })
         .collect();
     ranked.sort_unstable();
-    ranked.into_iter().map(|(_, _, n)| n).collect()
+    ranked
 }
 
 /// Whether `name` is close enough to `want` to be what was meant: a case-insensitive edit
@@ -330,6 +355,8 @@ mod tests {
         assert!(is_close("1.4", "1.4.2"));
         assert!(!is_close("billing", "checkout"));
         assert!(!is_close("", "checkout"));
+        assert_eq!(closest("Prod", ["staging", "prod", "PROD"]), Some("prod"));
+        assert_eq!(closest("x", Vec::<&str>::new()), None);
     }
 
     #[test]
