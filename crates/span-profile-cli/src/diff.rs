@@ -136,20 +136,16 @@ pub(crate) fn run(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<
     }
     for v in [old_v, new_v] {
         if !versions.contains(v) {
-            let known: Vec<&str> = versions.iter().map(String::as_str).collect();
+            let known = versions.iter().map(String::as_str);
             return Err(Empty(format!(
-                "no windows of version={v} in {}{}; versions in the store: {}",
+                "no windows of version={v} in {}{}; {}",
                 store.dir().display(),
                 if filter == Default::default() {
                     ""
                 } else {
                     " (with the other filters)"
                 },
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
+                crate::suggest::listed("versions in the store", v, known)
             ))
             .into());
         }

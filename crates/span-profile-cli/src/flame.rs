@@ -9,7 +9,7 @@ use span_profile_export::store::query::{self, Tally};
 use span_profile_export::store::Store;
 
 use crate::select::{self, SelectorArgs};
-use crate::Empty;
+use crate::{Empty, Usage};
 
 /// Arguments of `flame`.
 #[derive(Debug, clap::Args)]
@@ -25,6 +25,12 @@ pub(crate) struct FlameArgs {
 }
 
 pub(crate) fn run(store: &Store, args: &FlameArgs, json: bool) -> anyhow::Result<()> {
+    if json && args.output.as_os_str() == "-" {
+        return Err(Usage(
+            "--json and -o - both want standard output: write the SVG to a file (-o flame.svg) to get its JSON summary".into(),
+        )
+        .into());
+    }
     let (filter, stacks) = select::query(store, &args.select, query::folded_stacks, Tally::merge)?;
     let what = match filter.span_id {
         Some(id) => format!("span {id}"),
@@ -48,7 +54,7 @@ pub(crate) fn run(store: &Store, args: &FlameArgs, json: bool) -> anyhow::Result
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
         .context("cannot render the flame graph")?;
     if args.output.as_os_str() == "-" {
-        io::stdout().write_all(&svg)?;
+        io::stdout().write_all(&svg).map_err(crate::Output)?;
     } else {
         fs::write(&args.output, &svg)
             .with_context(|| format!("cannot write {}", args.output.display()))?;

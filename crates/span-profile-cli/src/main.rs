@@ -33,10 +33,12 @@ mod diff;
 mod export;
 mod flame;
 mod link;
+mod ls;
 mod overhead;
 mod routes;
 mod select;
 mod spans;
+mod suggest;
 mod text;
 mod top;
 
@@ -90,6 +92,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// What is in a store: services and, under each, versions, environments, instances and
+    /// routes, with their window counts and time ranges.
+    Ls {
+        /// The store directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        args: ls::LsArgs,
+    },
     /// Ended spans, slowest first, with their durations and sample counts.
     Spans {
         /// The store directory.
@@ -162,15 +172,41 @@ fn main() -> ExitCode {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let json = cli.json;
+    // An empty selection that names something the store lacks says so (suggest.rs).
+    let named = |windows, route| suggest::Named {
+        windows: Some(windows),
+        route,
+    };
     let result = match &cli.command {
-        Command::Spans { dir, args } => with_store(dir, threads, |s| spans::run(s, args, json)),
-        Command::Top { dir, args } => with_store(dir, threads, |s| top::run(s, args, json)),
-        Command::Routes { dir, args } => with_store(dir, threads, |s| routes::run(s, args, json)),
-        Command::Diff { dir, args } => with_store(dir, threads, |s| {
-            diff::run(s, args, json).map(|grew| if grew { EXIT_REGRESSION } else { 0 })
+        Command::Ls { dir, args } => with_store(dir, threads, |s| {
+            let r = ls::run(s, args, json);
+            suggest::explain_empty(s, r, &named(&args.windows, None))
         }),
-        Command::Flame { dir, args } => with_store(dir, threads, |s| flame::run(s, args, json)),
-        Command::Export { dir, args } => with_store(dir, threads, |s| export::run(s, args, json)),
+        Command::Spans { dir, args } => with_store(dir, threads, |s| {
+            let r = spans::run(s, args, json);
+            suggest::explain_empty(s, r, &named(&args.windows, None))
+        }),
+        Command::Top { dir, args } => with_store(dir, threads, |s| {
+            let (sel, r) = (&args.select, top::run(s, args, json));
+            suggest::explain_empty(s, r, &named(&sel.windows, sel.route.as_deref()))
+        }),
+        Command::Routes { dir, args } => with_store(dir, threads, |s| {
+            let r = routes::run(s, args, json);
+            suggest::explain_empty(s, r, &named(&args.windows, None))
+        }),
+        Command::Diff { dir, args } => with_store(dir, threads, |s| {
+            let r = diff::run(s, args, json).map(|grew| if grew { EXIT_REGRESSION } else { 0 });
+            // diff lists the versions in the store itself when --old or --new has none.
+            suggest::explain_empty(s, r, &named(&args.windows, None))
+        }),
+        Command::Flame { dir, args } => with_store(dir, threads, |s| {
+            let (sel, r) = (&args.select, flame::run(s, args, json));
+            suggest::explain_empty(s, r, &named(&sel.windows, sel.route.as_deref()))
+        }),
+        Command::Export { dir, args } => with_store(dir, threads, |s| {
+            let (sel, r) = (&args.select, export::run(s, args, json));
+            suggest::explain_empty(s, r, &named(&sel.windows, sel.route.as_deref()))
+        }),
         Command::Link { args } => link::run(args, json).map(|()| 0),
         Command::Compact { dir, args } => with_store(dir, threads, |s| compact::run(s, args, json)),
         Command::Overhead { args } => overhead::run(args, json),

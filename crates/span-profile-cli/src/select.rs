@@ -8,9 +8,9 @@ use span_profile_export::store::summary::WindowSummary;
 use span_profile_export::store::{self, QueryError, Store};
 
 use crate::args::{parse_span_id, parse_time, parse_trace_id};
-use crate::Empty;
+use crate::{suggest, Empty};
 
-/// Which windows: service, version and time range.
+/// Which windows: service, version, environment, instance and time range.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct WindowArgs {
     /// Only windows of this service (`service.name`).
@@ -19,6 +19,13 @@ pub(crate) struct WindowArgs {
     /// Only windows of this `service.version`.
     #[arg(long)]
     pub(crate) version: Option<String>,
+    /// Only windows of this `deployment.environment` (e.g. prod).
+    #[arg(long)]
+    pub(crate) environment: Option<String>,
+    /// Only windows of this instance (`service.instance.id`, or the host; `span-profile ls`
+    /// lists them).
+    #[arg(long)]
+    pub(crate) instance: Option<String>,
     /// Only windows that end after this time: RFC 3339, `now`, or relative (`-2h`).
     #[arg(long, value_parser = parse_time, value_name = "TIME", allow_hyphen_values = true)]
     pub(crate) since: Option<u64>,
@@ -32,6 +39,8 @@ impl WindowArgs {
         let mut f = Filter::default().between(self.since, self.until);
         f.service = self.service.clone();
         f.version = self.version.clone();
+        f.environment = self.environment.clone();
+        f.instance = self.instance.clone();
         f
     }
 }
@@ -89,6 +98,12 @@ impl SelectorArgs {
         if let Some(v) = &filter.version {
             parts.push(format!("version {v}"));
         }
+        if let Some(e) = &filter.environment {
+            parts.push(format!("environment {e}"));
+        }
+        if let Some(i) = &filter.instance {
+            parts.push(format!("instance {i}"));
+        }
         if parts.is_empty() {
             parts.push("all windows".into());
         }
@@ -132,10 +147,19 @@ pub(crate) fn query_summarized<A: Send + Default>(
     ))
 }
 
-/// A span name that matches no span is an empty selection (exit 3).
+/// A span name that matches no span is an empty selection (exit 3), told with the span
+/// names that exist nearest it.
 fn answered<T>(r: Result<T, QueryError>) -> anyhow::Result<T> {
-    r.map_err(|e| match e {
-        QueryError::NoSpanNamed { .. } | QueryError::NoSpan { .. } => Empty(e.to_string()).into(),
-        e => e.into(),
+    r.map_err(|e| match &e {
+        QueryError::NoSpanNamed { name, known, .. } => {
+            let names = known.iter().map(String::as_str);
+            Empty(format!(
+                "{e}; {}",
+                suggest::listed("span names in those windows", name, names)
+            ))
+            .into()
+        }
+        QueryError::NoSpan { .. } => Empty(e.to_string()).into(),
+        _ => e.into(),
     })
 }

@@ -7,7 +7,7 @@ use span_profile_export::store::{format_rfc3339, Store};
 
 use crate::args::{format_duration_ns, parse_trace_id};
 use crate::select::WindowArgs;
-use crate::Empty;
+use crate::{suggest, Empty};
 
 /// Arguments of `spans`.
 #[derive(Debug, clap::Args)]
@@ -41,8 +41,19 @@ pub(crate) fn run(store: &Store, args: &SpansArgs, json: bool) -> anyhow::Result
         SpanTally::merge,
     )?;
     let min_ns = args.min_ms.map_or(0, |m| m.saturating_mul(1_000_000));
-    let list: Vec<SpanSummary> = tally
-        .finish()
+    let all = tally.finish();
+    if let Some(name) = args.name.as_deref() {
+        if !all.iter().any(|s| &*s.span.name == name) {
+            let names = all.iter().map(|s| &*s.span.name);
+            return Err(Empty(format!(
+                "no ended span named \"{}\" in the selection; {}",
+                Shown(name),
+                suggest::listed("span names there", name, names)
+            ))
+            .into());
+        }
+    }
+    let list: Vec<SpanSummary> = all
         .into_iter()
         .filter(|s| s.span.duration_ns().unwrap_or(0) >= min_ns)
         .filter(|s| args.name.as_ref().is_none_or(|n| *s.span.name == **n))

@@ -215,7 +215,10 @@ fn a_frame_that_grew_is_a_regression() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("no windows of version=9.9")
-            && stderr(&o).contains("versions in the store: 1.0, 1.0-again, 2.0"),
+            && stderr(&o).contains("versions in the store: ")
+            && ["1.0", "1.0-again", "2.0"]
+                .iter()
+                .all(|v| stderr(&o).contains(v)),
         "{}",
         stderr(&o)
     );

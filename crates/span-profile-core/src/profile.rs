@@ -229,13 +229,18 @@ pub struct WindowStats {
     pub contended_reads: u64,
 }
 
-/// What a window is, as the window filters see it: its service, version and time range.
+/// What a window is, as the window filters see it: its service, version, environment,
+/// instance and time range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowInfo<'a> {
     /// `service.name` of the window's resource.
     pub service: &'a str,
     /// `service.version` of the window's resource.
     pub version: Option<&'a str>,
+    /// `deployment.environment` of the window's resource.
+    pub environment: Option<&'a str>,
+    /// The instance label of the window's resource (`service.instance.id`, or the host).
+    pub instance: Option<&'a str>,
     /// Window start, Unix nanoseconds.
     pub start_unix_ns: u64,
     /// Window length in nanoseconds.
@@ -313,11 +318,14 @@ impl Profile {
             .filter(move |&f| f < n)
     }
 
-    /// The window's service, version and time range, as filters see them.
+    /// The window's service, version, environment, instance and time range, as filters see
+    /// them.
     pub fn info(&self) -> WindowInfo<'_> {
         WindowInfo {
             service: &self.resource.service,
             version: self.resource.version.as_deref(),
+            environment: self.resource.environment.as_deref(),
+            instance: self.resource.instance.as_deref(),
             start_unix_ns: self.start_unix_ns,
             duration_ns: self.duration_ns,
         }

@@ -634,3 +634,72 @@ pub fn record_shop(dir: &Path) {
     orders.end();
     p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
 }
+
+/// Where a recorded deploy ran: the resource labels of its windows.
+#[derive(Debug, Clone, Copy)]
+pub struct Deploy<'a> {
+    pub service: &'a str,
+    pub version: &'a str,
+    /// `deployment.environment`, if set.
+    pub environment: Option<&'a str>,
+    pub instance: &'a str,
+}
+
+/// A profiler writing 60 s windows of `deploy` to a file store at `dir`, sampling `script` at
+/// 100 Hz.
+pub fn profiler_for(dir: &Path, deploy: Deploy<'_>, script: &Script) -> Profiler {
+    let b = Profiler::builder();
+    let registry = b.registry().clone();
+    let mut b = b
+        .with_window(Duration::from_secs(60))
+        .with_service(deploy.service)
+        .with_version(deploy.version)
+        .with_instance(deploy.instance)
+        .with_sample_rate_hz(100)
+        .with_walker(script.walker(registry))
+        .with_exporter(FileStore::new(dir));
+    if let Some(e) = deploy.environment {
+        b = b.with_environment(e);
+    }
+    b.start().unwrap()
+}
+
+/// One request of `deploy`: a root span `name` (id `span`, trace `trace`) with route `route`
+/// that runs `stack` for `run_ms`, then the profiler stops. Returns the window files the run
+/// wrote, decoded: what the store holds for it.
+pub fn record_request(
+    dir: &Path,
+    deploy: Deploy<'_>,
+    (trace, span): (u128, u64),
+    name: &str,
+    route: &str,
+    stack: &[&str],
+    run_ms: u64,
+) -> Vec<span_profile_core::Profile> {
+    let before = window_files(dir);
+    let script = Script::default();
+    let p = profiler_for(dir, deploy, &script);
+    script.set(stack);
+    let root = start_span(&p, trace, span, None, name, Some(route));
+    ms(run_ms);
+    root.end();
+    script.set(IDLE);
+    p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
+    window_files(dir)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .map(|f| span_profile_export::decode_pprof(&std::fs::read(f).unwrap()).unwrap())
+        .collect()
+}
+
+/// Rewrites every window summary under `dir` as a summary from before summaries recorded the
+/// environment and instance (same window, same counts, no deployment fields).
+pub fn strip_deployment_from_summaries(dir: &Path) {
+    use span_profile_export::store::{decode_summary, encode_summary};
+    for path in summary_files(dir) {
+        let mut stored = decode_summary(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(stored.summary.deployment.is_some(), "{}", path.display());
+        stored.summary.deployment = None;
+        std::fs::write(&path, encode_summary(&stored.summary, stored.pprof_len)).unwrap();
+    }
+}

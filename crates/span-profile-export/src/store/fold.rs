@@ -13,6 +13,7 @@ use std::sync::Mutex;
 
 use span_profile_core::{Profile, WindowInfo};
 
+use crate::layout::sanitize_component;
 use crate::store::error::{SkippedFile, StoreError};
 use crate::store::list::{list, StoreFilter, StoreListing, StoredFile};
 use crate::store::query::Filter;
@@ -101,6 +102,8 @@ pub enum QueryError {
         name: String,
         /// Windows whose span tables were read.
         windows: usize,
+        /// The distinct names of the ended spans in them, sorted.
+        known: Vec<String>,
     },
 }
 
@@ -139,8 +142,8 @@ impl Store {
         self.threads
     }
 
-    /// The files that can hold windows passing `filter`'s service and time range, judged
-    /// from their names. A raw window is at most an hour long and a roll-up at most a day, so
+    /// The files that can hold windows passing `filter`'s service, instance and time range,
+    /// judged from their names. A raw window is at most an hour long and a roll-up at most a day, so
     /// before `since` only files up to an hour earlier, or starting on a UTC day boundary
     /// (a daily roll-up) up to a day earlier, can overlap.
     pub fn list(&self, filter: &Filter) -> Result<Vec<StoredFile>, QueryError> {
@@ -157,6 +160,11 @@ impl Store {
                 source,
             })?;
         self.note_skipped(skipped);
+        // A window's file is named after its sanitized instance label (`unknown` without one).
+        if let Some(instance) = &filter.instance {
+            let named = sanitize_component(instance);
+            files.retain(|f| f.instance == named);
+        }
         if let Some(since) = filter.since_unix_ns {
             let since_ms = since / NS_PER_MS;
             files.retain(|f| {
@@ -198,7 +206,21 @@ impl Store {
     ) -> Vec<A> {
         let scope = summaries_for
             .filter(|(f, _)| self.summaries && WindowSummary::answers(f))
-            .map(|(f, by_route)| SummaryScope::needed(f, by_route));
+            .map(|(f, by_route)| (f, SummaryScope::needed(f, by_route)));
+        self.fold_scoped(files, scope, init, step)
+    }
+
+    /// [`Store::fold_windows`] with the part of each summary to decode given: `scope` is the
+    /// filter the summaries must be able to answer ([`WindowSummary::can_answer`]; a summary
+    /// that cannot is not offered) and the part to decode. `None` decodes every window.
+    pub(crate) fn fold_scoped<A: Send>(
+        &self,
+        files: &[StoredFile],
+        scope: Option<(&Filter, SummaryScope)>,
+        init: impl Fn() -> A + Sync,
+        step: impl Fn(&mut A, usize, Window) -> bool + Sync,
+    ) -> Vec<A> {
+        let scope = scope.filter(|_| self.summaries);
         let next = AtomicUsize::new(0);
         let threads = self.threads.min(files.len()).max(1);
         let work = || {
@@ -210,10 +232,12 @@ impl Store {
                 // read-only and results are joined through the scope.
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(f) = files.get(i) else { break };
-                if let Some(scope) = &scope {
+                if let Some((filter, scope)) = &scope {
                     match read_summary(f, scope) {
                         Ok(Some(s)) => {
-                            if step(&mut acc, i, Window::Summary(Box::new(s))) {
+                            if s.can_answer(filter)
+                                && step(&mut acc, i, Window::Summary(Box::new(s)))
+                            {
                                 continue;
                             }
                         }

@@ -24,7 +24,9 @@
 //!   (ADR 0023), and CPU per request by route;
 //! - [`peers`]: one span against the other spans of its name;
 //! - [`summary`]: [`WindowSummary`](summary::WindowSummary), a window's counts made when it is
-//!   written, which answers as [`query`] and [`diff`] do for selections without a span or trace.
+//!   written, which answers as [`query`] and [`diff`] do for selections without a span or trace;
+//! - [`inventory`]: what a store holds (services, versions, environments, instances, routes),
+//!   and the existing names nearest one that matched nothing.
 //!
 //! The writer of the store is [`FileStore`](crate::FileStore); both follow the same layout.
 
@@ -32,6 +34,7 @@ pub mod diff;
 mod error;
 mod fold;
 pub mod frames;
+pub mod inventory;
 mod list;
 pub mod peers;
 pub mod query;

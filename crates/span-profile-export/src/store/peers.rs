@@ -207,14 +207,21 @@ pub fn span_vs_peers(
             })?,
         (None, name) => {
             let name = name.unwrap_or_default();
-            query::spans(&tables, &Filter::default())
-                .into_iter()
-                .find(|s| &*s.span.name == name)
-                .map(|s| s.span)
-                .ok_or_else(|| QueryError::NoSpanNamed {
-                    name: name.to_owned(),
-                    windows: tables.len(),
-                })?
+            let ended = query::spans(&tables, &Filter::default());
+            match ended.iter().find(|s| &*s.span.name == name) {
+                Some(s) => s.span.clone(),
+                None => {
+                    let mut known: Vec<String> =
+                        ended.iter().map(|s| s.span.name.to_string()).collect();
+                    known.sort_unstable();
+                    known.dedup();
+                    return Err(QueryError::NoSpanNamed {
+                        name: name.to_owned(),
+                        windows: tables.len(),
+                        known,
+                    });
+                }
+            }
         }
     };
     let owners = group_owners(&index, &target.name);

@@ -41,6 +41,10 @@ pub struct Filter {
     pub service: Option<String>,
     /// Windows whose resource has `service.version` equal to this.
     pub version: Option<String>,
+    /// Windows whose resource has `deployment.environment` equal to this.
+    pub environment: Option<String>,
+    /// Windows whose resource has this instance label (`service.instance.id`, or the host).
+    pub instance: Option<String>,
     /// Windows that end after this time (Unix ns).
     pub since_unix_ns: Option<u64>,
     /// Windows that start before this time (Unix ns).
@@ -74,6 +78,16 @@ impl Filter {
         self.version = Some(version.into());
         self
     }
+    /// Selects one environment's windows (`deployment.environment`).
+    pub fn environment(mut self, environment: impl Into<String>) -> Self {
+        self.environment = Some(environment.into());
+        self
+    }
+    /// Selects one instance's windows.
+    pub fn instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
     /// Selects windows overlapping `[since, until)`.
     pub fn between(mut self, since_unix_ns: Option<u64>, until_unix_ns: Option<u64>) -> Self {
         self.since_unix_ns = since_unix_ns;
@@ -91,6 +105,14 @@ impl Filter {
     pub fn matches(&self, w: &WindowInfo<'_>) -> bool {
         self.service.as_deref().is_none_or(|s| w.service == s)
             && self.version.as_deref().is_none_or(|v| w.version == Some(v))
+            && self
+                .environment
+                .as_deref()
+                .is_none_or(|e| w.environment == Some(e))
+            && self
+                .instance
+                .as_deref()
+                .is_none_or(|i| w.instance == Some(i))
             && self
                 .since_unix_ns
                 .is_none_or(|t| w.start_unix_ns.saturating_add(w.duration_ns) > t)

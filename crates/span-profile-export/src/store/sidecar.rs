@@ -11,10 +11,13 @@
 //! the one route it selects, or the total of all routes; of the others it reads only the name
 //! and the sample counts (to check them).
 //!
+//! The environment and instance (tags 12 to 14) came later than the rest: a summary without
+//! them decodes with no [`Deployment`], and declines filters by environment or instance.
+//!
 //! The message also records the length of the pprof file it summarizes, so that a reader can
 //! tell a summary from the window next to it apart from a stale one.
 
-use crate::store::summary::{FrameSummary, RouteSummary, SummaryScope, WindowSummary};
+use crate::store::summary::{Deployment, FrameSummary, RouteSummary, SummaryScope, WindowSummary};
 use prost::bytes::Bytes;
 use prost::Message;
 
@@ -128,6 +131,16 @@ struct SummaryMsg {
     /// without it.
     #[prost(bytes = "bytes", optional, tag = "11")]
     all_routes: Option<Bytes>,
+    /// `deployment.environment`.
+    #[prost(string, optional, tag = "12")]
+    environment: Option<String>,
+    /// The instance label.
+    #[prost(string, optional, tag = "13")]
+    instance: Option<String>,
+    /// True when tags 12 and 13 were written (their absence then means unset); false in a
+    /// summary from before they were.
+    #[prost(bool, tag = "14")]
+    deployment: bool,
     /// Always true, and the last field written (prost writes fields by tag): a summary cut
     /// anywhere lacks it.
     #[prost(bool, tag = "15")]
@@ -215,6 +228,9 @@ pub fn encode_summary(s: &WindowSummary, pprof_len: u64) -> Vec<u8> {
         strings: s.strings.clone(),
         routes: s.routes.iter().map(route_msg).collect(),
         all_routes: s.all_routes.as_ref().map(route_msg),
+        environment: s.deployment.as_ref().and_then(|d| d.environment.clone()),
+        instance: s.deployment.as_ref().and_then(|d| d.instance.clone()),
+        deployment: s.deployment.is_some(),
         complete: true,
     }
     .encode_to_vec()
@@ -303,6 +319,15 @@ pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary,
         let wanted = match scope {
             SummaryScope::Whole => true,
             SummaryScope::Route(want) => msg.strings.get(name as usize) == Some(want),
+            SummaryScope::RouteNames => {
+                routes.push(RouteSummary {
+                    route: name,
+                    wall_samples: head.wall_samples,
+                    cpu_samples: head.cpu_samples,
+                    ..RouteSummary::default()
+                });
+                false
+            }
             _ => false,
         };
         if wanted {
@@ -322,6 +347,10 @@ pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary,
         summary: WindowSummary {
             service: msg.service,
             version: msg.version,
+            deployment: msg.deployment.then_some(Deployment {
+                environment: msg.environment,
+                instance: msg.instance,
+            }),
             start_unix_ns: msg.start_unix_ns,
             duration_ns: msg.duration_ns,
             wall_samples: msg.wall_samples,
@@ -449,6 +478,8 @@ mod tests {
             Resource {
                 service: "checkout".into(),
                 version: Some("1.4.2".into()),
+                environment: Some("prod".into()),
+                instance: Some("web-1".into()),
                 ..Resource::default()
             },
             1_700_000_000_000_000_000,
@@ -495,6 +526,63 @@ mod tests {
             encode_summary(&WindowSummary::default(), 0),
             vec![8, 1, 15 << 3, 1]
         );
+    }
+
+    #[test]
+    fn the_environment_and_instance_round_trip_and_an_older_summary_declines_them() {
+        use crate::store::query::Filter;
+        let s = summary();
+        let back = decode_summary(&encode_summary(&s, 3)).unwrap().summary;
+        let d = back.deployment.as_ref().unwrap();
+        assert_eq!(
+            (d.environment.as_deref(), d.instance.as_deref()),
+            (Some("prod"), Some("web-1"))
+        );
+        let prod = Filter::default().environment("prod");
+        assert!(back.can_answer(&prod));
+        assert_eq!(back.report(&prod).unwrap().samples, 309);
+        assert_eq!(
+            back.report(&prod.clone().instance("web-2"))
+                .unwrap()
+                .samples,
+            0
+        );
+        // Written before summaries recorded them: no deployment, and filters by either are
+        // declined (the window is decoded), while the rest is still answered.
+        let mut old = s.clone();
+        old.deployment = None;
+        let back = decode_summary(&encode_summary(&old, 3)).unwrap().summary;
+        assert_eq!(back.deployment, None);
+        assert!(!back.can_answer(&prod) && back.report(&prod).is_none());
+        assert!(back.report(&Filter::default().instance("web-1")).is_none());
+        assert_eq!(back.report(&Filter::default()).unwrap().samples, 309);
+    }
+
+    #[test]
+    fn route_names_alone_answer_no_question_about_frames() {
+        use crate::store::query::Filter;
+        let s = summary();
+        let names =
+            decode_summary_scoped(encode_summary(&s, 1), &SummaryScope::RouteNames).unwrap();
+        let n = &names.summary;
+        let listed: Vec<(&str, u64, u64)> = n
+            .routes
+            .iter()
+            .map(|r| (n.string(r.route), r.wall_samples, r.cpu_samples))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("/checkout", 2, 1),
+                ("/orders", 7, 3),
+                ("background", 300, 150)
+            ]
+        );
+        assert!(n.routes.iter().all(|r| r.frames.is_empty()));
+        assert!(n.report(&Filter::default()).is_none());
+        assert!(n.report(&Filter::default().route("/orders")).is_none());
+        assert!(n.cpu_by_frame(&Filter::default()).is_none());
+        assert!(n.frame_cpu_by_route(&Filter::default(), "serve").is_none());
     }
 
     #[test]

@@ -95,12 +95,20 @@ pub fn span_windows(
             trace_id: filter.trace_id,
             ..Filter::default()
         };
-        let span = query::spans(&tables, &f)
-            .into_iter()
+        let ended = query::spans(&tables, &f);
+        let span = ended
+            .iter()
             .find(|s| &*s.span.name == name)
-            .ok_or_else(|| QueryError::NoSpanNamed {
-                name: name.to_owned(),
-                windows: tables.len(),
+            .ok_or_else(|| {
+                let mut known: Vec<String> =
+                    ended.iter().map(|s| s.span.name.to_string()).collect();
+                known.sort_unstable();
+                known.dedup();
+                QueryError::NoSpanNamed {
+                    name: name.to_owned(),
+                    windows: tables.len(),
+                    known,
+                }
             })?;
         filter.span_id = Some(span.span.span_id);
     }

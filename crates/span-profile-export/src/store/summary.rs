@@ -39,6 +39,10 @@ pub struct WindowSummary {
     pub service: String,
     /// `service.version` of the window's resource.
     pub version: Option<String>,
+    /// The window's environment and instance; `None` in a summary written before summaries
+    /// recorded them, which then declines filters by environment or instance
+    /// ([`WindowSummary::can_answer`]).
+    pub deployment: Option<Deployment>,
     /// Window start, Unix nanoseconds.
     pub start_unix_ns: u64,
     /// Window length in nanoseconds.
@@ -59,6 +63,15 @@ pub struct WindowSummary {
     pub scope: SummaryScope,
 }
 
+/// Where a window ran, as its summary records it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deployment {
+    /// `deployment.environment` of the window's resource.
+    pub environment: Option<String>,
+    /// The instance label of the window's resource.
+    pub instance: Option<String>,
+}
+
 /// What of a [`WindowSummary`] is there: all of it, or only what one kind of question needs
 /// (a reader that decodes less is faster). A summary asked a question its scope cannot answer
 /// returns `None`, never a wrong answer.
@@ -74,6 +87,9 @@ pub enum SummaryScope {
     /// The total of all routes alone: answers filters that select no route, except questions
     /// by route ([`WindowSummary::frame_cpu_by_route`]).
     AllRoutes,
+    /// Every route's name and sample counts, without their frames: what lists a store's
+    /// contents ([`crate::store::inventory`]) needs. Answers no question about frames.
+    RouteNames,
 }
 
 impl SummaryScope {
@@ -238,6 +254,10 @@ impl WindowSummary {
         WindowSummary {
             service: p.resource.service.clone(),
             version: p.resource.version.clone(),
+            deployment: Some(Deployment {
+                environment: p.resource.environment.clone(),
+                instance: p.resource.instance.clone(),
+            }),
             start_unix_ns: p.start_unix_ns,
             duration_ns: p.duration_ns,
             wall_samples: p.total_wall_samples(),
@@ -249,11 +269,16 @@ impl WindowSummary {
         }
     }
 
-    /// The window's service, version and time range, as filters see them.
+    /// The window's service, version, environment, instance and time range, as filters see
+    /// them (a summary without its [`deployment`](WindowSummary::deployment) shows neither
+    /// environment nor instance: ask [`WindowSummary::can_answer`] first).
     pub fn info(&self) -> WindowInfo<'_> {
+        let deployment = self.deployment.as_ref();
         WindowInfo {
             service: &self.service,
             version: self.version.as_deref(),
+            environment: deployment.and_then(|d| d.environment.as_deref()),
+            instance: deployment.and_then(|d| d.instance.as_deref()),
             start_unix_ns: self.start_unix_ns,
             duration_ns: self.duration_ns,
         }
@@ -262,6 +287,15 @@ impl WindowSummary {
     /// Whether summaries can answer `filter`: it names no span and no trace.
     pub fn answers(filter: &Filter) -> bool {
         filter.span_id.is_none() && filter.trace_id.is_none()
+    }
+
+    /// Whether this summary can answer `filter`: summaries [`answer`](WindowSummary::answers)
+    /// it, and it names no environment or instance unless this summary records them (an
+    /// older summary does not; its window is then decoded).
+    pub fn can_answer(&self, filter: &Filter) -> bool {
+        Self::answers(filter)
+            && (self.deployment.is_some()
+                || (filter.environment.is_none() && filter.instance.is_none()))
     }
 
     /// The string at `index`, or `""` if there is none.
@@ -277,7 +311,7 @@ impl WindowSummary {
         filter: &'a Filter,
         by_route: bool,
     ) -> Option<impl Iterator<Item = &'a RouteSummary> + 'a> {
-        if !Self::answers(filter) {
+        if !self.can_answer(filter) {
             return None;
         }
         let entries: &[RouteSummary] = match (&filter.route, &self.scope, &self.all_routes) {
