@@ -18,6 +18,8 @@
 //! were read, are modules of their own:
 //! - [`query`]: [`Filter`](query::Filter), reports, routes, the spans of some windows, and the
 //!   counting rules every answer shares;
+//! - [`span_name`]: every span of one name in aggregate (count, durations, samples against
+//!   what the durations predict), for spans shorter than the sampling interval;
 //! - [`diff`]: deploy-to-deploy diffs of self CPU by frame, with a significance test
 //!   (ADR 0023), and CPU per request by route;
 //! - [`peers`]: one span against the other spans of its name;
@@ -35,6 +37,7 @@ pub mod query;
 mod read;
 mod selection;
 mod sidecar;
+pub mod span_name;
 mod spans;
 mod stats;
 pub mod summary;
