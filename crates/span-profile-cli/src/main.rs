@@ -36,6 +36,7 @@ mod link;
 mod overhead;
 mod routes;
 mod select;
+mod span_name;
 mod spans;
 mod text;
 mod top;
@@ -90,7 +91,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Ended spans, slowest first, with their durations and sample counts.
+    /// Ended spans, slowest first, with their durations and sample counts (with their
+    /// descendants, and their own).
     Spans {
         /// The store directory.
         dir: PathBuf,
