@@ -223,10 +223,12 @@ impl Report {
     /// Adds the report of other windows, made with the same filter: counts add up and frames
     /// are summed by function and file, then sorted again.
     ///
-    /// Exact for filters without a span: then a report over windows `a ++ b` equals the merge
-    /// of the reports over `a` and over `b`, so windows can be read and reported one at a
-    /// time. A span's descendants and coverage need the whole span table: report a span over
-    /// all its windows at once. Here the first report that has a span or coverage keeps it.
+    /// Exact for filters without a span id: then a report over windows `a ++ b` equals the
+    /// merge of the reports over `a` and over `b`, so windows can be read and reported one at
+    /// a time. That holds for [`Filter::span_name`] too, as each window holds the records of
+    /// its sampled spans and their ancestors (ADR 0010). A span's descendants and coverage
+    /// need the whole span table: report a span over all its windows at once. Here the first
+    /// report that has a span or coverage keeps it.
     ///
     /// ```
     /// use span_profile_export::store::query::{report, Filter, Report};
