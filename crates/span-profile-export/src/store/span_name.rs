@@ -123,20 +123,23 @@ impl SpanNameTally {
 
     /// The spans' counts, durations and samples.
     pub fn finish(self) -> SpanNameStats {
-        let mut durations: Vec<u64> = Vec::with_capacity(self.spans.len());
-        let mut expected = 0.0;
+        // (duration, period) of each ended span, sorted, so that the float sum below is the
+        // same whatever order the spans were tallied in.
+        let mut ended: Vec<(u64, u64)> = Vec::with_capacity(self.spans.len());
         let mut ended_samples = 0;
         for n in self.spans.values() {
             if let Some(end) = n.end_unix_ns {
-                let d = end.saturating_sub(n.start_unix_ns);
-                durations.push(d);
+                ended.push((end.saturating_sub(n.start_unix_ns), n.period_ns));
                 ended_samples += n.samples;
-                if n.period_ns > 0 {
-                    expected += d as f64 / n.period_ns as f64;
-                }
             }
         }
-        durations.sort_unstable();
+        ended.sort_unstable();
+        let expected: f64 = ended
+            .iter()
+            .filter(|&&(_, p)| p > 0)
+            .map(|&(d, p)| d as f64 / p as f64)
+            .sum();
+        let durations: Vec<u64> = ended.iter().map(|&(d, _)| d).collect();
         let mut periods = self.spans.values().map(|n| n.period_ns).filter(|&p| p > 0);
         let first = periods.next();
         let period_ns = first.filter(|&f| periods.all(|p| p == f));
