@@ -37,6 +37,7 @@ mod ls;
 mod overhead;
 mod routes;
 mod select;
+mod span_name;
 mod spans;
 mod suggest;
 mod text;
@@ -100,7 +101,8 @@ enum Command {
         #[command(flatten)]
         args: ls::LsArgs,
     },
-    /// Ended spans, slowest first, with their durations and sample counts.
+    /// Ended spans, slowest first, with their durations and sample counts (with their
+    /// descendants, and their own).
     Spans {
         /// The store directory.
         dir: PathBuf,

@@ -54,8 +54,17 @@ pub(crate) struct SelectorArgs {
     /// Samples of the slowest ended span with this name.
     #[arg(long, value_name = "NAME", conflicts_with = "span_id")]
     pub(crate) slowest: Option<String>,
-    /// With --span-id or --slowest: include the span's descendants.
+    /// Samples of every span with this name in the selection (short spans in aggregate); with
+    /// `top`, their count, durations and samples against what the durations predict.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["span_id", "slowest"])]
+    pub(crate) span_name: Option<String>,
+    /// With --span-id, --slowest or --span-name: only the spans' own samples, those taken while it was the
+    /// innermost current span. By default a span's samples include its descendants', so a
+    /// root span's report is its whole request.
     #[arg(long)]
+    pub(crate) exclusive: bool,
+    /// Descendants are included by default; accepted so that older scripts keep working.
+    #[arg(long, hide = true, conflicts_with = "exclusive")]
     pub(crate) with_children: bool,
     /// Samples of this trace (32 hex digits).
     #[arg(long, value_parser = parse_trace_id, value_name = "ID")]
@@ -72,7 +81,8 @@ impl SelectorArgs {
     pub(crate) fn filter(&self) -> Filter {
         let mut f = self.windows.filter();
         f.span_id = self.span_id;
-        f.with_children = self.with_children;
+        f.span_name = self.span_name.clone();
+        f.with_children = !self.exclusive;
         f.trace_id = self.trace_id;
         f.route = self.route.clone();
         f
@@ -86,6 +96,9 @@ impl SelectorArgs {
     /// A short description: `route /checkout, service checkout`.
     pub(crate) fn describe(&self, filter: &Filter) -> String {
         let mut parts = Vec::new();
+        if let Some(n) = &filter.span_name {
+            parts.push(format!("spans {n}"));
+        }
         if let Some(t) = filter.trace_id {
             parts.push(format!("trace {t}"));
         }

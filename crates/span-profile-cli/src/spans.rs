@@ -1,4 +1,5 @@
-//! `span-profile spans`: ended spans, slowest first, with their durations and sample counts.
+//! `span-profile spans`: ended spans, slowest first, with their durations and sample counts:
+//! with their descendants (`samples`) and their own (`own`, JSON `own_samples`).
 
 use crate::text::Shown;
 use span_profile_core::TraceId;
@@ -67,18 +68,20 @@ pub(crate) fn run(store: &Store, args: &SpansArgs, json: bool) -> anyhow::Result
         return Ok(());
     }
     outln!(
-        "{:>10} {:>8}  {:<16}  {:<32}  {:<24}  name",
+        "{:>10} {:>8} {:>8}  {:<16}  {:<32}  {:<24}  name",
         "duration",
         "samples",
+        "own",
         "span_id",
         "trace_id",
         "start"
     );
     for s in &list {
         outln!(
-            "{:>10} {:>8}  {}  {}  {:<24}  {}",
+            "{:>10} {:>8} {:>8}  {}  {}  {:<24}  {}",
             format_duration_ns(s.span.duration_ns().unwrap_or(0)),
             s.samples,
+            s.own_samples,
             s.span.span_id,
             s.span.trace_id,
             format_rfc3339(s.span.start_unix_ns),

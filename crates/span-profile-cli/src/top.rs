@@ -75,6 +75,9 @@ impl TopArgs {
 
 pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> {
     let sel = &args.select;
+    if sel.span_name.is_some() {
+        return crate::span_name::run(store, args, json);
+    }
     let cost_attribution = sel.windows.service.is_some()
         && sel.windows.version.is_none()
         && sel.route.is_none()
@@ -107,8 +110,16 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
             (None, Some(id)) => format!("span {id}"),
             (None, None) => sel.describe(&filter),
         };
+        // Coverage counts the span with its descendants, whatever --exclusive says.
+        let hint = match r.coverage {
+            Some(c) if !filter.with_children && c.actual_samples > 0 => format!(
+                "; it has no samples of its own, its descendants have {}: drop --exclusive to see them",
+                c.actual_samples
+            ),
+            _ => String::new(),
+        };
         return Err(Empty(format!(
-            "no samples for {what} in the {} window(s) read",
+            "no samples for {what} in the {} window(s) read{hint}",
             r.windows
         ))
         .into());
@@ -160,7 +171,7 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
         r.coverage,
         r.span.as_ref().and_then(SpanRecord::duration_ns),
     ) {
-        outln!("{}", coverage_line(&c, d));
+        outln!("{}", coverage_line(&c, d, filter.with_children));
     }
     Ok(())
 }
@@ -281,8 +292,12 @@ fn span_header(span: &SpanRecord, with_children: bool) -> String {
     let dur = span
         .duration_ns()
         .map_or_else(|| "(still open)".to_string(), format_duration_ns);
-    let children = if with_children { " with children" } else { "" };
-    format!("span {} {dur}{children}", span.name)
+    let exclusive = if with_children {
+        ""
+    } else {
+        " (own samples only)"
+    };
+    format!("span {} {dur}{exclusive}", span.name)
 }
 
 /// The frames to list: by total samples, leaving out the selection's common entry path
@@ -311,8 +326,11 @@ fn shown_frames(r: &Report, limit: usize) -> Vec<&FrameCost> {
     }
 }
 
-/// `coverage: 72 samples for 720 ms at 100 Hz (expected 72, 100%): ok`.
-fn coverage_line(c: &Coverage, duration_ns: u64) -> String {
+/// `coverage: 72 samples for 720 ms at 100 Hz (expected 72, 100%): ok`. Coverage is always
+/// about the span with its descendants, whose samples fall inside its duration; a span's own
+/// samples have no duration to be held against (its children took part of it). With
+/// `--exclusive` (`with_children` false) the line says so.
+fn coverage_line(c: &Coverage, duration_ns: u64, with_children: bool) -> String {
     let hz = if duration_ns == 0 {
         0.0
     } else {
@@ -330,8 +348,13 @@ fn coverage_line(c: &Coverage, duration_ns: u64) -> String {
     } else {
         "high (the span ran on several threads or tasks at once)"
     };
+    let of = if with_children {
+        ""
+    } else {
+        " (the span with its descendants)"
+    };
     format!(
-        "coverage: {} samples for {} at {hz} Hz (expected {:.0}, {:.0}%): {verdict}",
+        "coverage{of}: {} samples for {} at {hz} Hz (expected {:.0}, {:.0}%): {verdict}",
         c.actual_samples,
         format_duration_ns(duration_ns),
         c.expected_samples,

@@ -1,4 +1,4 @@
-//! `top` by span (alone and with children), trace, route and service, on windows short enough
+//! `top` by span (with its descendants, and alone), trace, route and service, on windows short enough
 //! that the spans cross them; selectors combine, and an empty combination exits 3.
 
 mod common;
@@ -16,21 +16,19 @@ fn each_selector_reports_its_own_samples() {
     let d = s(dir.path());
     assert!(count_files(dir.path()) > 3, "the spans cross windows");
 
-    // The root span alone: only its own samples (render), no coverage verdict on children.
-    let root = run_ok(&["top", d, "--span-id", "0000000000000001"], 0);
+    // The root span alone (--exclusive): only its own samples (render).
+    let root = run_ok(
+        &["top", d, "--span-id", "0000000000000001", "--exclusive"],
+        0,
+    );
     assert!(root.starts_with("span POST /checkout "), "{root}");
     assert!(root.contains("  app:render"), "{root}");
     assert!(!root.contains("parse_date"), "{root}");
 
-    // With children: the child's parse_date samples join in, and coverage is about the whole.
-    let all = run_ok(
-        &["top", d, "--span-id", "0000000000000001", "--with-children"],
-        0,
-    );
-    assert!(
-        all.lines().next().unwrap().contains(" with children -> "),
-        "{all}"
-    );
+    // By default the span's descendants are in: the child's parse_date samples join in, and
+    // coverage is about the whole.
+    let all = run_ok(&["top", d, "--span-id", "0000000000000001"], 0);
+    assert!(all.lines().next().unwrap().contains(" ms -> "), "{all}");
     assert!(all.contains("parse_date"), "{all}");
     assert!(
         all.lines().last().unwrap().starts_with("coverage: "),

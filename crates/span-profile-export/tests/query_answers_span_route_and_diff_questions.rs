@@ -244,10 +244,10 @@ fn the_diff_flags_frames_whose_self_share_grew_significantly() {
 }
 
 #[test]
-fn spans_are_listed_slowest_first_with_their_own_samples() {
+fn spans_are_listed_slowest_first_with_their_own_samples_and_their_descendants() {
     let profiles = vec![checkout_window("1.0", 56)];
     let list = query::spans(&profiles, &Filter::default());
     assert_eq!(&*list[0].span.name, "POST /checkout");
-    assert_eq!(list[0].samples, 8);
-    assert_eq!(list[1].samples, 72);
+    assert_eq!((list[0].own_samples, list[0].samples), (8, 80));
+    assert_eq!((list[1].own_samples, list[1].samples), (72, 72));
 }

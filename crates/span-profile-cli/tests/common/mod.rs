@@ -64,6 +64,10 @@ pub const AUDIT: &[&str] = &[
 /// Two functions named `run` in different files.
 pub const RUN_ASYNCIO: &[&str] = &["run@asyncio/runners.py", "serve"];
 pub const RUN_UVICORN: &[&str] = &["run@uvicorn/main.py", "serve"];
+/// The short-span workload's stacks, leaf first.
+pub const CACHE_GET: &[&str] = &["cache_get", "lookup", "handle", "serve"];
+pub const DB_QUERY: &[&str] = &["db_query", "handle", "serve"];
+pub const DB_DECODE: &[&str] = &["decode_row", "db_query", "handle", "serve"];
 
 /// A walker with two threads: thread 1 (the request thread) runs whatever stack the test
 /// sets with [`Script::set`], thread 2 always idles in `idle_loop`.
@@ -82,6 +86,9 @@ const STACKS: &[&[&str]] = &[
     AUDIT,
     RUN_ASYNCIO,
     RUN_UVICORN,
+    CACHE_GET,
+    DB_QUERY,
+    DB_DECODE,
 ];
 
 fn frame_id(name: &str) -> u64 {
@@ -184,6 +191,7 @@ pub struct Span<'a> {
     profiler: &'a Profiler,
     pub id: SpanId,
     pub active: ActiveSpan,
+    entered: bool,
 }
 
 pub fn start_span<'a>(
@@ -209,14 +217,44 @@ pub fn start_span<'a>(
         profiler,
         id: span_id,
         active,
+        entered: true,
+    }
+}
+
+/// A span started in the span table but never entered on a sampled thread: a root whose work
+/// all happens in its children, so it never is a sample's innermost span.
+pub fn start_unentered_span<'a>(
+    profiler: &'a Profiler,
+    trace: u128,
+    id: u64,
+    name: &str,
+    route: Option<&str>,
+) -> Span<'a> {
+    let span_id = SpanId::from_u64(id).unwrap();
+    let active = profiler.span_table().start(SpanStart {
+        trace_id: TraceId::from_u128(trace).unwrap(),
+        span_id,
+        parent_span_id: None,
+        parent_is_remote: false,
+        name,
+        route,
+        start_unix_ns: unix_ns(),
+    });
+    Span {
+        profiler,
+        id: span_id,
+        active,
+        entered: false,
     }
 }
 
 impl Span<'_> {
     pub fn end(self) {
-        self.profiler
-            .registry()
-            .exit(ExecutionKey::thread(1), self.id);
+        if self.entered {
+            self.profiler
+                .registry()
+                .exit(ExecutionKey::thread(1), self.id);
+        }
         self.profiler.span_table().end(self.id, unix_ns(), None);
     }
 }
@@ -265,6 +303,93 @@ pub fn record_checkout_in_windows(dir: &Path, version: &str, window: Duration) {
     orders.end();
     script.set(IDLE);
     p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
+}
+
+/// Trace 0xab0, one request whose root span has no samples of its own, in windows of
+/// `window`: `POST /checkout` (span 0x10, route `/checkout`, never entered on the sampled
+/// thread) has the children `pricing.calculate` (0x11, `parse_date` for about 300 ms), which
+/// has `db.query` (0x12, `apply_discount` for about 100 ms), and then `render` (0x13,
+/// `handle`'s `render` for about 100 ms). Each leaf frame runs in one span only, so a test
+/// knows which span every sample of a frame belongs to; between spans the thread idles with
+/// no span.
+pub fn record_request_with_empty_root(dir: &Path, window: Duration) {
+    let script = Script::default();
+    let p = profiler_with_window(dir, "checkout", "1.0", &script, window);
+    script.set(PARSE_DATE);
+    let root = start_unentered_span(&p, 0xab0, 0x10, "POST /checkout", Some("/checkout"));
+    let calc = start_span(&p, 0xab0, 0x11, Some(0x10), "pricing.calculate", None);
+    ms(300);
+    script.set(APPLY_DISCOUNT);
+    let db = start_span(&p, 0xab0, 0x12, Some(0x11), "db.query", None);
+    ms(100);
+    db.end();
+    script.set(IDLE);
+    calc.end();
+    script.set(HANDLE);
+    let render = start_span(&p, 0xab0, 0x13, Some(0x10), "render", None);
+    ms(100);
+    script.set(IDLE);
+    render.end();
+    root.end();
+    p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
+}
+
+/// What [`record_short_spans`] ran, as the test measured it.
+#[derive(Debug, Clone, Default)]
+pub struct ShortSpans {
+    /// `cache.get` spans run.
+    pub cache_spans: u64,
+    /// `db.query` spans run (each with one `db.decode` child).
+    pub db_spans: u64,
+    /// Each `cache.get` span's time, from just before its start to just after its end (ns).
+    pub cache_ns: Vec<u64>,
+    /// The same for each `db.query` span.
+    pub db_ns: Vec<u64>,
+}
+
+/// Many spans shorter than the sampling interval, in windows of `window`: 150 `cache.get`
+/// spans of about 2 ms (stack [`CACHE_GET`], set before each span starts and reset after it
+/// ends, so every sample of one has the leaf `cache_get`), 3 ms apart with no span; then 10
+/// `db.query` spans of about 80 ms ([`DB_QUERY`]) with a `db.decode` child of about 30 ms
+/// ([`DB_DECODE`]) in the middle; then more than a second with no span, so that no span is
+/// carried past the last window (ADR 0010).
+pub fn record_short_spans(dir: &Path, window: Duration) -> ShortSpans {
+    let script = Script::default();
+    let p = profiler_with_window(dir, "cache", "1.0", &script, window);
+    let mut truth = ShortSpans::default();
+    let mut id = 0x100;
+    for i in 0..150u128 {
+        script.set(CACHE_GET);
+        let t0 = unix_ns();
+        let span = start_span(&p, 0xc000 + i, id, None, "cache.get", Some("/items"));
+        ms(2);
+        span.end();
+        truth.cache_ns.push(unix_ns() - t0);
+        script.set(IDLE);
+        truth.cache_spans += 1;
+        id += 1;
+        ms(3);
+    }
+    for i in 0..10u128 {
+        script.set(DB_QUERY);
+        let t0 = unix_ns();
+        let q = start_span(&p, 0xd000 + i, id, None, "db.query", Some("/items"));
+        ms(25);
+        script.set(DB_DECODE);
+        let d = start_span(&p, 0xd000 + i, id + 1, Some(id), "db.decode", None);
+        ms(30);
+        d.end();
+        script.set(DB_QUERY);
+        ms(25);
+        q.end();
+        truth.db_ns.push(unix_ns() - t0);
+        script.set(IDLE);
+        truth.db_spans += 1;
+        id += 2;
+    }
+    ms(1_200);
+    p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
+    truth
 }
 
 /// The stored windows (`.pb.gz` files) under `dir`.

@@ -20,6 +20,8 @@
 //!   counting rules every answer shares;
 //! - [`frames`]: how a frame is named and matched (function and file, shown as
 //!   `module:function`), and how reports group frames;
+//! - [`span_name`]: every span of one name in aggregate (count, durations, samples against
+//!   what the durations predict), for spans shorter than the sampling interval;
 //! - [`diff`]: deploy-to-deploy diffs of self CPU by frame, with a significance test
 //!   (ADR 0023), and CPU per request by route;
 //! - [`peers`]: one span against the other spans of its name;
@@ -41,6 +43,7 @@ pub mod query;
 mod read;
 mod selection;
 mod sidecar;
+pub mod span_name;
 mod spans;
 mod stats;
 pub mod summary;

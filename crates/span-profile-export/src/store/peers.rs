@@ -179,6 +179,7 @@ pub fn span_vs_peers(
 ) -> Result<PeerComparison, QueryError> {
     let windows = Filter {
         span_id: None,
+        span_name: None,
         trace_id: None,
         with_children: false,
         ..filter.clone()

@@ -33,6 +33,10 @@ pub struct Filter {
     pub span_id: Option<SpanId>,
     /// Include descendants of `span_id`.
     pub with_children: bool,
+    /// Samples of every span with this name (and, with `with_children`, of every span below
+    /// one), window by window: a window's samples are matched by the span records of that
+    /// window, which hold every sampled span and its ancestors (ADR 0010).
+    pub span_name: Option<String>,
     /// Samples of this trace.
     pub trace_id: Option<TraceId>,
     /// Samples with this route label.
@@ -55,6 +59,12 @@ impl Filter {
     /// Selects one span's samples.
     pub fn span(mut self, id: SpanId, with_children: bool) -> Self {
         self.span_id = Some(id);
+        self.with_children = with_children;
+        self
+    }
+    /// Selects the samples of every span named `name`.
+    pub fn span_name(mut self, name: impl Into<String>, with_children: bool) -> Self {
+        self.span_name = Some(name.into());
         self.with_children = with_children;
         self
     }
@@ -137,14 +147,22 @@ pub fn span_index(profiles: &[Profile]) -> HashMap<SpanId, SpanRecord> {
 
 /// `root` and every span below it in the span table.
 pub fn descendants(spans: &HashMap<SpanId, SpanRecord>, root: SpanId) -> HashSet<SpanId> {
+    descendants_of(spans, [root])
+}
+
+/// The `roots` and every span below one of them in the span table.
+fn descendants_of(
+    spans: &HashMap<SpanId, SpanRecord>,
+    roots: impl IntoIterator<Item = SpanId>,
+) -> HashSet<SpanId> {
     let mut children: HashMap<SpanId, Vec<SpanId>> = HashMap::new();
     for s in spans.values() {
         if let Some(p) = s.parent_span_id {
             children.entry(p).or_default().push(s.span_id);
         }
     }
-    let mut out = HashSet::from([root]);
-    let mut todo = vec![root];
+    let mut out: HashSet<SpanId> = roots.into_iter().collect();
+    let mut todo: Vec<SpanId> = out.iter().copied().collect();
     while let Some(s) = todo.pop() {
         for &c in children.get(&s).map(Vec::as_slice).unwrap_or(&[]) {
             if out.insert(c) {
@@ -375,10 +393,12 @@ impl Report {
     /// Adds the report of other windows, made with the same filter: counts add up and frames
     /// are summed by function and file, then sorted again.
     ///
-    /// Exact for filters without a span: then a report over windows `a ++ b` equals the merge
-    /// of the reports over `a` and over `b`, so windows can be read and reported one at a
-    /// time. A span's descendants and coverage need the whole span table: report a span over
-    /// all its windows at once. Here the first report that has a span or coverage keeps it.
+    /// Exact for filters without a span id: then a report over windows `a ++ b` equals the
+    /// merge of the reports over `a` and over `b`, so windows can be read and reported one at
+    /// a time. That holds for [`Filter::span_name`] too, as each window holds the records of
+    /// its sampled spans and their ancestors (ADR 0010). A span's descendants and coverage
+    /// need the whole span table: report a span over all its windows at once. Here the first
+    /// report that has a span or coverage keeps it.
     ///
     /// ```
     /// use span_profile_export::store::query::{report, Filter, Report};
@@ -878,11 +898,7 @@ pub fn for_each_sample<'a>(
     filter: &Filter,
     mut f: impl FnMut(&'a Profile, &'a ProfileSample),
 ) {
-    let spans = match filter.span_id {
-        Some(id) if filter.with_children => Some(descendants(&span_index(profiles), id)),
-        Some(id) => Some(HashSet::from([id])),
-        None => None,
-    };
+    let spans = selected_spans(profiles, filter);
     for p in profiles.iter().filter(|p| filter.matches_window(p)) {
         for s in &p.samples {
             let span_ok = spans
@@ -896,6 +912,33 @@ pub fn for_each_sample<'a>(
                 f(p, s);
             }
         }
+    }
+}
+
+/// The span ids whose samples `filter` selects (`None`: it names no span). With both a span
+/// id and a span name, the spans that both select.
+fn selected_spans(profiles: &[Profile], filter: &Filter) -> Option<HashSet<SpanId>> {
+    if filter.span_id.is_none() && filter.span_name.is_none() {
+        return None;
+    }
+    let index = span_index(profiles);
+    let by_id = filter.span_id.map(|id| match filter.with_children {
+        true => descendants(&index, id),
+        false => HashSet::from([id]),
+    });
+    let by_name = filter.span_name.as_deref().map(|name| {
+        let named = index
+            .values()
+            .filter(|r| &*r.name == name)
+            .map(|r| r.span_id);
+        match filter.with_children {
+            true => descendants_of(&index, named),
+            false => named.collect(),
+        }
+    });
+    match (by_id, by_name) {
+        (Some(a), Some(b)) => Some(a.intersection(&b).copied().collect()),
+        (a, b) => a.or(b),
     }
 }
 
@@ -990,13 +1033,16 @@ fn report_impl(profiles: &[Profile], filter: &Filter, with_lines: bool) -> Repor
     r
 }
 
-/// A span with the samples taken while it was the innermost current span.
+/// A span with its samples: those of the span and its descendants, and its own.
 #[derive(Debug, Clone, Serialize)]
 pub struct SpanSummary {
     /// The span.
     pub span: SpanRecord,
-    /// Wall samples with this exact span id.
+    /// Wall samples of the span and every span below it (the span tree of the windows read):
+    /// the request's samples, for a root span.
     pub samples: u64,
+    /// Wall samples with this exact span id: taken while it was the innermost current span.
+    pub own_samples: u64,
 }
 
 /// The span table and per-span sample counts of some windows: the mergeable form of
@@ -1048,15 +1094,19 @@ impl SpanTally {
         }
     }
 
-    /// Ended spans, slowest first (ties by span id), with their own sample counts.
+    /// Ended spans, slowest first (ties by span id), with their sample counts: their own, and
+    /// with their descendants (by the parent links of every record added, whichever window it
+    /// came from, so a request that crosses windows is counted whole).
     pub fn finish(self) -> Vec<SpanSummary> {
-        let counts = self.samples;
+        let own = self.samples;
+        let with_descendants = subtree_samples(&self.records, &own);
         let mut out: Vec<SpanSummary> = self
             .records
             .into_values()
             .filter(|s| s.end_unix_ns.is_some())
             .map(|span| SpanSummary {
-                samples: counts.get(&span.span_id).copied().unwrap_or(0),
+                samples: with_descendants.get(&span.span_id).copied().unwrap_or(0),
+                own_samples: own.get(&span.span_id).copied().unwrap_or(0),
                 span,
             })
             .collect();
@@ -1070,8 +1120,35 @@ impl SpanTally {
     }
 }
 
+/// Each recorded span's own samples plus those of every span below it. Each span's own count
+/// is added to itself and to each ancestor once (a cycle in corrupt parent links stops at the
+/// first repeat). Samples of a span without a record count for no ancestor.
+fn subtree_samples(
+    records: &HashMap<SpanId, SpanRecord>,
+    own: &HashMap<SpanId, u64>,
+) -> HashMap<SpanId, u64> {
+    let mut out: HashMap<SpanId, u64> = records.keys().map(|&id| (id, 0)).collect();
+    let mut seen: HashSet<SpanId> = HashSet::new();
+    for (&id, &n) in own {
+        if n == 0 {
+            continue;
+        }
+        seen.clear();
+        let mut at = Some(id);
+        while let Some(s) = at {
+            if !seen.insert(s) {
+                break;
+            }
+            let Some(r) = records.get(&s) else { break };
+            *out.entry(s).or_default() += n;
+            at = r.parent_span_id;
+        }
+    }
+    out
+}
+
 /// Ended spans of the selected windows (and of the filter's trace, if it names one), slowest
-/// first, with their own sample counts.
+/// first, with their sample counts (see [`SpanTally::finish`]).
 pub fn spans(profiles: &[Profile], filter: &Filter) -> Vec<SpanSummary> {
     let mut t = SpanTally::default();
     t.add(profiles, filter);

@@ -284,9 +284,10 @@ impl WindowSummary {
         }
     }
 
-    /// Whether summaries can answer `filter`: it names no span and no trace.
+    /// Whether summaries can answer `filter`: it names no span (by id or by name) and no
+    /// trace.
     pub fn answers(filter: &Filter) -> bool {
-        filter.span_id.is_none() && filter.trace_id.is_none()
+        filter.span_id.is_none() && filter.span_name.is_none() && filter.trace_id.is_none()
     }
 
     /// Whether this summary can answer `filter`: summaries [`answer`](WindowSummary::answers)
