@@ -8,23 +8,16 @@
 //! The counting is the store's (`store::span_name`, `store::query`); this file prints.
 
 use serde::Serialize;
-use span_profile_export::store::query::{self, FrameCost, Report};
+use span_profile_export::store::frames::Grouping;
+use span_profile_export::store::query::{self, PartitionRow, Report};
 use span_profile_export::store::span_name::{SpanNameStats, SpanNameTally};
 use span_profile_export::store::Store;
 
 use crate::args::format_duration_ns;
 use crate::select;
 use crate::text::Shown;
-use crate::top::TopArgs;
+use crate::top::{partition_rows, print_partition, TopArgs};
 use crate::Empty;
-
-/// One row of the partition: a leaf frame (function and file) and its samples.
-#[derive(Debug, Serialize)]
-struct Row<'a> {
-    function: &'a str,
-    file: &'a str,
-    self_samples: u64,
-}
 
 #[derive(Serialize)]
 struct SpanNameJson<'a> {
@@ -33,21 +26,28 @@ struct SpanNameJson<'a> {
     with_descendants: bool,
     #[serde(flatten)]
     stats: &'a SpanNameStats,
-    /// The costliest leaf frames; with `other_samples`, they sum to `samples`.
-    frames: Vec<Row<'a>>,
+    /// The costliest leaf frames (or modules, packages, lines: `--by`); with
+    /// `other_samples`, they sum to `samples`.
+    frames: &'a [PartitionRow],
     other_samples: u64,
 }
 
 pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> {
     let sel = &args.select;
     let name = sel.span_name.as_deref().unwrap_or_default();
+    let by = args.grouping();
     let (filter, (report, tally)) = select::query(
         store,
         sel,
         |p, f| {
             let mut t = SpanNameTally::default();
             t.add(p, f);
-            (query::report(p, f), t)
+            let r = if by == Grouping::Line {
+                query::report_with_lines(p, f)
+            } else {
+                query::report(p, f)
+            };
+            (r, t)
         },
         |a: &mut (Report, SpanNameTally), b| {
             a.0.merge(b.0);
@@ -63,15 +63,15 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
         ))
         .into());
     }
-    let (rows, other) = partition(&report, args.limit);
+    let partition = partition_rows(&report, by, args.limit)?;
     if json {
         let out = SpanNameJson {
             selection: &what,
             span_name: name,
             with_descendants: filter.with_children,
             stats: &stats,
-            frames: rows,
-            other_samples: other,
+            frames: &partition.rows,
+            other_samples: partition.other_samples,
         };
         outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -121,41 +121,8 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
             stats.unsampled_spans
         );
     }
-    outln!("{:>7}  leaf frame", "samples");
-    for r in &rows {
-        outln!(
-            "{:>7}  {}  {}",
-            r.self_samples,
-            Shown(r.function),
-            Shown(r.file)
-        );
-    }
-    if other > 0 {
-        outln!("{other:>7}  <other>");
-    }
+    print_partition(&partition)?;
     Ok(())
-}
-
-/// The `limit` leaf frames with the most samples (ties by function and file), and the samples
-/// of the rest: frames past the limit and samples with no frame.
-fn partition(r: &Report, limit: usize) -> (Vec<Row<'_>>, u64) {
-    let mut leaves: Vec<&FrameCost> = r.frames.iter().filter(|f| f.self_samples > 0).collect();
-    leaves.sort_by(|a, b| {
-        b.self_samples
-            .cmp(&a.self_samples)
-            .then_with(|| (&a.function, &a.file).cmp(&(&b.function, &b.file)))
-    });
-    let rows: Vec<Row<'_>> = leaves
-        .into_iter()
-        .take(limit)
-        .map(|f| Row {
-            function: &f.function,
-            file: &f.file,
-            self_samples: f.self_samples,
-        })
-        .collect();
-    let shown: u64 = rows.iter().map(|r| r.self_samples).sum();
-    (rows, r.samples.saturating_sub(shown))
 }
 
 /// `100 Hz` from a period in nanoseconds.
