@@ -9,6 +9,7 @@ use std::path::Path;
 
 use common::*;
 use serde_json::Value;
+use span_profile_test::{go_available, go_pprof};
 
 /// `export` with `args` into `file`, and its `--json` report.
 fn export(dir: &Path, format: &str, file: &Path, selector: &[&str]) -> Value {

@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use span_profile_test::{go_available, go_pprof};
 
 /// The text `go tool pprof -top` prints above its table.
 fn header(top: &str) -> &str {

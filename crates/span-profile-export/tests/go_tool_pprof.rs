@@ -3,35 +3,8 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
 use span_profile_export::encode_pprof;
-
-/// Runs `go tool pprof <args>` with a throwaway HOME/GOCACHE/GOPATH; `None` if Go is missing.
-fn go_pprof(home: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new("go")
-        .arg("tool")
-        .arg("pprof")
-        .args(args)
-        .env("HOME", home)
-        .env("GOCACHE", home.join("gocache"))
-        .env("GOPATH", home.join("gopath"))
-        .env("PPROF_TMPDIR", home)
-        .output();
-    let out = match out {
-        Ok(o) => o,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => panic!("cannot run go: {e}"),
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(stdout)
-}
+use span_profile_test::{go_available, go_pprof};
 
 /// Wall-sample counts and label lines of the samples `go tool pprof -raw` prints.
 fn raw_samples(raw: &str) -> Vec<(u64, String)> {
@@ -52,12 +25,7 @@ fn raw_samples(raw: &str) -> Vec<(u64, String)> {
 
 #[test]
 fn go_tool_pprof_reads_span_labels_and_focuses_on_one_span() {
-    if Command::new("go").arg("version").output().is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "`go` is not on PATH; CI must install Go (Debian: golang-go) for this test"
-        );
-        eprintln!("skipping: `go` is not on PATH (install golang-go to run this test)");
+    if !go_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -65,9 +33,7 @@ fn go_tool_pprof_reads_span_labels_and_focuses_on_one_span() {
     std::fs::write(&file, encode_pprof(&common::checkout_profile())).unwrap();
     let file = file.to_str().unwrap();
 
-    let Some(tags) = go_pprof(dir.path(), &["-tags", file]) else {
-        return;
-    };
+    let tags = go_pprof(dir.path(), &["-tags", file]);
     for expected in [
         "trace_id:",
         common::TRACE,
@@ -87,7 +53,7 @@ fn go_tool_pprof_reads_span_labels_and_focuses_on_one_span() {
     // checkout_profile: the child span has 60 + 12 wall samples, the root 10, background 100.
     for (span, want) in [(common::CHILD, 72), (common::ROOT, 10)] {
         let focus = format!("-tagfocus=span_id={span}");
-        let raw = go_pprof(dir.path(), &[&focus, "-raw", file]).unwrap_or_default();
+        let raw = go_pprof(dir.path(), &[&focus, "-raw", file]);
         let samples = raw_samples(&raw);
         assert!(!samples.is_empty(), "no samples in:\n{raw}");
         for (_, labels) in &samples {
@@ -95,10 +61,10 @@ fn go_tool_pprof_reads_span_labels_and_focuses_on_one_span() {
         }
         assert_eq!(samples.iter().map(|s| s.0).sum::<u64>(), want, "{raw}");
 
-        let traces = go_pprof(dir.path(), &[&focus, "-traces", file]).unwrap_or_default();
+        let traces = go_pprof(dir.path(), &[&focus, "-traces", file]);
         assert!(traces.contains(span), "{traces}");
         assert!(traces.contains("handle"), "{traces}");
     }
-    let all = raw_samples(&go_pprof(dir.path(), &["-raw", file]).unwrap_or_default());
+    let all = raw_samples(&go_pprof(dir.path(), &["-raw", file]));
     assert_eq!(all.iter().map(|s| s.0).sum::<u64>(), 60 + 10 + 100 + 12);
 }

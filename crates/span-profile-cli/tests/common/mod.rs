@@ -478,42 +478,6 @@ pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// Whether `go` can run. If not, a test that needs it is skipped, except on CI (`CI` set),
-/// where the suite installs Go (Debian: golang-go) and a missing `go` is a failure.
-pub fn go_available() -> bool {
-    if Command::new("go").arg("version").output().is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "`go` is not on PATH; CI must install Go (Debian: golang-go) for this test"
-    );
-    eprintln!("skipping: `go` is not on PATH (install golang-go to run this test)");
-    false
-}
-
-/// Runs `go tool pprof ARGS` with a throwaway HOME/GOCACHE/GOPATH under `home` and returns its
-/// standard output; fails the test if it fails. Call [`go_available`] first.
-pub fn go_pprof(home: &Path, args: &[&str]) -> String {
-    let out = Command::new("go")
-        .arg("tool")
-        .arg("pprof")
-        .args(args)
-        .env("HOME", home)
-        .env("GOCACHE", home.join("gocache"))
-        .env("GOPATH", home.join("gopath"))
-        .env("PPROF_TMPDIR", home)
-        .output()
-        .expect("go runs: go_available was checked");
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The rows of `go tool pprof -top`: (flat count, function name), in its order.
 pub fn pprof_top_rows(top: &str) -> Vec<(u64, String)> {
     top.lines()
