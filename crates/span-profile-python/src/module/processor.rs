@@ -344,7 +344,7 @@ impl SpanProcessor {
 
 /// `SpanProcessor.on_start(span, parent_context=None)` (`processor_methods.rs`): records the
 /// span with the running agent (see [`SpanRecorder::on_start`]).
-pub(crate) fn processor_on_start(_py: Python<'_>, span: &Bound<'_, PyAny>) {
+pub(crate) fn processor_on_start(span: &Bound<'_, PyAny>) {
     if let Some(recorder) = installed() {
         recorder.on_start(span);
     }
@@ -352,7 +352,7 @@ pub(crate) fn processor_on_start(_py: Python<'_>, span: &Bound<'_, PyAny>) {
 
 /// `SpanProcessor._on_ending(span)`: records the end of the live span, where the SDK calls it
 /// (see [`SpanRecorder::on_ending`] and [`ENDS_AT_ENDING`]).
-pub(crate) fn processor_on_ending(_py: Python<'_>, span: &Bound<'_, PyAny>) {
+pub(crate) fn processor_on_ending(span: &Bound<'_, PyAny>) {
     if !ends_at_ending() {
         return;
     }
@@ -363,7 +363,7 @@ pub(crate) fn processor_on_ending(_py: Python<'_>, span: &Bound<'_, PyAny>) {
 
 /// `SpanProcessor.on_end(span)`: records the end from the `ReadableSpan`, for an SDK that does
 /// not call `_on_ending` (see [`SpanRecorder::on_end`]); else nothing.
-pub(crate) fn processor_on_end(_py: Python<'_>, span: &Bound<'_, PyAny>) {
+pub(crate) fn processor_on_end(span: &Bound<'_, PyAny>) {
     if ends_at_ending() {
         return;
     }

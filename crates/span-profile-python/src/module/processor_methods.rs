@@ -176,11 +176,11 @@ unsafe fn run(
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
-    work: fn(Python<'_>, &Bound<'_, PyAny>),
+    work: fn(&Bound<'_, PyAny>),
 ) -> PyResult<*mut ffi::PyObject> {
     // SAFETY: this function's contract.
     let span = unsafe { span_arg(py, hook, args, nargs, kwnames)? };
-    work(py, &span);
+    work(&span);
     Ok(py.None().into_ptr())
 }
 

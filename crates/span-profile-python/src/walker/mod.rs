@@ -79,6 +79,6 @@ pub use memory::{MemoryReader, ProcessVmReader, ReadError};
 pub use object_table::{Insert, SpanObjectTable, OBJECT_PROBE};
 pub use objects::TypeAddresses;
 pub use stats::{WalkerCounters, WalkerStats};
-pub use target::{find_runtime, SetupError, Target};
+pub use target::{SetupError, Target};
 pub use threads::{current_thread_id, ThreadRegistry};
 pub use walk::{PythonWalker, WalkerConfig};

@@ -1,4 +1,4 @@
-//! Target discovery: where the interpreter to walk lives ([`Target`], [`find_runtime`]) and
+//! Target discovery: where the interpreter to walk lives ([`Target`]) and
 //! why a walker could not be built ([`SetupError`]).
 
 use super::layout::{LayoutError, PythonVersion};
@@ -10,7 +10,7 @@ use super::objects::TypeAddresses;
 pub struct Target {
     /// The running interpreter's `sys.version_info[:2]`.
     pub version: PythonVersion,
-    /// The address of `_PyRuntime` (see [`find_runtime`]).
+    /// The address of `_PyRuntime` (in this process: [`Target::current_process`]).
     pub runtime: u64,
     /// The address of the (main) `PyInterpreterState` to walk, or 0 to follow
     /// `_PyRuntime.interpreters.head` and every interpreter after it.
@@ -49,11 +49,6 @@ pub(crate) fn dlsym(name: &'static str) -> Option<u64> {
     // dereference here.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
     (!p.is_null()).then_some(p as u64)
-}
-
-/// The address of `_PyRuntime` in this process, if libpython's symbols are visible.
-pub fn find_runtime() -> Option<u64> {
-    dlsym("_PyRuntime\0")
 }
 
 /// Why a walker could not be built.

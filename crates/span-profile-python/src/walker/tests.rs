@@ -484,7 +484,7 @@ fn random_corruption_never_panics() {
 #[test]
 fn current_process_without_libpython_is_a_clear_error() {
     // The test binary has no interpreter: the symbol lookup fails cleanly.
-    assert_eq!(super::find_runtime(), None);
+    assert_eq!(super::target::dlsym("_PyRuntime\0"), None);
     let err = PythonWalker::for_current_process(PythonVersion::new(3, 12), config()).unwrap_err();
     assert_eq!(err, SetupError::SymbolNotFound("_PyRuntime\0"));
     assert_eq!(err.to_string(), "symbol _PyRuntime not found");
