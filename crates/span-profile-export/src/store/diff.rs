@@ -25,26 +25,9 @@ use span_profile_core::{Profile, SpanId};
 
 use rustc_hash::FxHashSet;
 
+use crate::store::frames::{leaf_frame, FrameId};
 use crate::store::query::{distinct, for_each_sample, Filter, Tally};
 use crate::store::stats::{holm, welch_p, WindowedShare};
-
-/// A frame as diffs name it: function and file (lines merged). Never a bare function name:
-/// `run` in `uvicorn/main.py` and `run` in `asyncio/runners.py` are two frames.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct FrameKey {
-    /// Function name.
-    pub function: String,
-    /// File.
-    pub file: String,
-}
-
-/// The leaf frame of a sample's stack: where the sample is counted by self time. `None` for
-/// an empty stack.
-pub fn leaf_frame(p: &Profile, stack: u32) -> Option<(&str, &str)> {
-    p.stack_frames(stack)
-        .next()
-        .map(|f| (f.function.as_str(), f.file.as_str()))
-}
 
 /// CPU samples by leaf frame (self time) in a selection, with the selection's CPU samples as
 /// the total. Tallies of disjoint windows [`merge`](FrameTally::merge).
@@ -53,7 +36,7 @@ pub struct FrameTally {
     /// CPU samples of the whole selection (an empty stack counts here, under no frame).
     pub total: u64,
     /// CPU samples by leaf frame.
-    pub counts: HashMap<FrameKey, u64>,
+    pub counts: HashMap<FrameId, u64>,
 }
 
 impl FrameTally {
@@ -83,7 +66,7 @@ pub fn self_cpu_by_frame(profiles: &[Profile], filter: &Filter) -> FrameTally {
     t.counts = local
         .into_iter()
         .map(|((function, file), n)| {
-            let key = FrameKey {
+            let key = FrameId {
                 function: function.to_owned(),
                 file: file.to_owned(),
             };
@@ -148,7 +131,7 @@ impl DiffOptions {
 pub struct FrameChange {
     /// The frame.
     #[serde(flatten)]
-    pub frame: FrameKey,
+    pub frame: FrameId,
     /// Self CPU samples in the old selection.
     pub old_samples: u64,
     /// Self CPU samples in the new selection.
@@ -215,7 +198,7 @@ pub fn compare(
             });
         }
     }
-    let mut frames: Vec<&FrameKey> = old
+    let mut frames: Vec<&FrameId> = old
         .iter()
         .chain(&new)
         .flat_map(|t| t.counts.keys())
@@ -223,13 +206,13 @@ pub fn compare(
         .into_iter()
         .collect();
     frames.sort_unstable();
-    let share = |side: &[&FrameTally], f: &FrameKey| {
+    let share = |side: &[&FrameTally], f: &FrameId| {
         WindowedShare::new(
             side.iter()
                 .map(|t| (t.counts.get(f).copied().unwrap_or(0), t.total)),
         )
     };
-    let samples = |side: &[&FrameTally], f: &FrameKey| -> u64 {
+    let samples = |side: &[&FrameTally], f: &FrameId| -> u64 {
         side.iter().filter_map(|t| t.counts.get(f)).sum()
     };
     let mut changes = Vec::with_capacity(frames.len());
@@ -352,7 +335,7 @@ mod tests {
                 .iter()
                 .map(|&(f, n)| {
                     (
-                        FrameKey {
+                        FrameId {
                             function: f.into(),
                             file: "app.py".into(),
                         },

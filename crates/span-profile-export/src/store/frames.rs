@@ -17,6 +17,7 @@
 use std::fmt;
 
 use serde::Serialize;
+use span_profile_core::Profile;
 
 /// A frame's identity: its function and its file (lines aside). Two functions of the same
 /// name in different files are different frames.
@@ -26,6 +27,14 @@ pub struct FrameId {
     pub function: String,
     /// Source file; empty when unknown.
     pub file: String,
+}
+
+/// The leaf frame of a sample's stack, as (function, file): where the sample is counted by
+/// self time, in reports, diffs and peer comparisons alike. `None` for an empty stack.
+pub fn leaf_frame(p: &Profile, stack: u32) -> Option<(&str, &str)> {
+    p.stack_frames(stack)
+        .next()
+        .map(|f| (f.function.as_str(), f.file.as_str()))
 }
 
 impl FrameId {

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 use span_profile_core::{Profile, SpanId, SpanRecord};
 
-use crate::store::diff::{leaf_frame, FrameKey};
 use crate::store::fold::{QueryError, Store};
+use crate::store::frames::{leaf_frame, FrameId};
 use crate::store::query::{self, Filter};
 
 /// Deepest parent chain followed from a sample's span up to its group's span.
@@ -19,7 +19,7 @@ const MAX_DEPTH: usize = 256;
 pub struct PeerFrame {
     /// The frame.
     #[serde(flatten)]
-    pub frame: FrameKey,
+    pub frame: FrameId,
     /// Wall samples at this leaf in the span.
     pub samples: u64,
     /// Wall samples at this leaf per peer span, on average.
@@ -56,7 +56,7 @@ pub struct PeerComparison {
 /// of [`span_vs_peers`].
 #[derive(Debug, Clone, Default)]
 pub struct PeerTally {
-    by_span: HashMap<SpanId, (u64, HashMap<FrameKey, u64>)>,
+    by_span: HashMap<SpanId, (u64, HashMap<FrameId, u64>)>,
 }
 
 impl PeerTally {
@@ -69,7 +69,7 @@ impl PeerTally {
             let e = self.by_span.entry(*owner).or_default();
             e.0 += s.wall_samples;
             if let Some((function, file)) = leaf_frame(p, s.stack) {
-                let key = FrameKey {
+                let key = FrameId {
                     function: function.to_owned(),
                     file: file.to_owned(),
                 };
@@ -128,7 +128,7 @@ pub fn finish(
     let mut by_span = tally.by_span;
     let (samples, own) = by_span.remove(&target.span_id).unwrap_or_default();
     let mut peer_total = 0u64;
-    let mut frames: HashMap<FrameKey, (u64, u64, usize)> =
+    let mut frames: HashMap<FrameId, (u64, u64, usize)> =
         own.into_iter().map(|(k, c)| (k, (c, 0, 0))).collect();
     for p in &peers {
         let Some((s, fs)) = by_span.remove(&p.span_id) else {
