@@ -19,6 +19,15 @@ use super::objects::{
 /// The raw-frame id reported when the cache is full and a new code object cannot be added.
 pub(crate) const UNKNOWN_CODE_ID: u64 = u64::MAX;
 
+/// `co_flags` of a generator's, coroutine's or async generator's code (`CO_GENERATOR`,
+/// `CO_COROUTINE`, `CO_ITERABLE_COROUTINE`, `CO_ASYNC_GENERATOR`): its frame is linked into
+/// the chain only while it runs, so it is never a thread's outermost frame.
+const SUSPENDABLE_FLAGS: i32 = 0x20 | 0x80 | 0x100 | 0x200;
+
+/// The name of the code CPython 3.12 gives its C-stack shim frames: never a Python caller, so
+/// never a frame of a stack nor its root.
+pub(crate) const TRAMPOLINE_NAME: &str = "<interpreter trampoline>";
+
 /// A multiply-shift hasher for code addresses (they are already well spread; SipHash would cost
 /// more than the rest of the frame).
 #[derive(Default, Clone, Copy)]
@@ -89,8 +98,13 @@ struct CodeEntry {
     linetable: Box<[u8]>,
     /// `None` when the identity holds a version, which is proof enough.
     prints: Option<Box<Prints>>,
-    /// Code of `span_profile`'s own Python package: its frames are left out of stacks.
+    /// Code of `span_profile`'s own Python package, or the interpreter's trampoline: its
+    /// frames are left out of stacks.
     hidden: bool,
+    /// Code whose frame cannot be a thread's outermost one: a generator's or coroutine's
+    /// ([`SUSPENDABLE_FLAGS`]) or the trampoline. A chain that ends there was read while the
+    /// frame was being linked or unlinked: a torn root (`frames.rs`, ADR 0020).
+    cannot_root: bool,
     /// The last (offset, line) computed, as most samples of a frame repeat its offset.
     memo: Option<(i64, u32)>,
     /// The tick in which this entry was last proven to describe the object at its address.
@@ -170,9 +184,17 @@ impl CodeCache {
         (e.checked == self.tick).then_some(idx)
     }
 
-    /// Whether entry `idx` is code of ours, left out of stacks.
+    /// Whether entry `idx` is code of ours (or the trampoline), left out of stacks.
     pub(crate) fn is_hidden(&self, idx: u32) -> bool {
         self.entries.get(idx as usize).is_some_and(|e| e.hidden)
+    }
+
+    /// Whether entry `idx` is code whose frame cannot be a thread's outermost frame (see
+    /// `CodeEntry::cannot_root`).
+    pub(crate) fn cannot_root(&self, idx: u32) -> bool {
+        self.entries
+            .get(idx as usize)
+            .is_some_and(|e| e.cannot_root)
     }
 
     /// Compares the header just read at `addr` with the entry cached for it. A header whose
@@ -285,10 +307,13 @@ impl CodeCache {
         } else {
             None
         };
-        let hidden = self
-            .hidden_prefix
-            .as_deref()
-            .is_some_and(|p| file.starts_with(p));
+        let trampoline = function == TRAMPOLINE_NAME;
+        let hidden = trampoline
+            || self
+                .hidden_prefix
+                .as_deref()
+                .is_some_and(|p| file.starts_with(p));
+        let suspendable = field_i32(header, layout.code_flags) & SUSPENDABLE_FLAGS != 0;
         let idx = u32::try_from(self.entries.len()).map_err(|_| ObjectError::Invalid)?;
         self.entries.push(CodeEntry {
             identity,
@@ -297,6 +322,7 @@ impl CodeCache {
             linetable,
             prints,
             hidden,
+            cannot_root: trampoline || suspendable,
             memo: None,
             checked: tick,
         });

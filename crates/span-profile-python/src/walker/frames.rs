@@ -33,6 +33,24 @@ struct FrameSlot {
     line: Option<u32>,
 }
 
+/// How a thread's frame chain ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StackEnd {
+    /// At the thread's outermost frame: the stack is whole.
+    Whole,
+    /// At the depth cap (or out of steps): the outer frames are missing.
+    Cut,
+    /// At a frame that cannot be a thread's outermost one: a generator's or coroutine's frame
+    /// (by its code's flags, or on 3.11+ by its owner), or the 3.12 trampoline. The thread
+    /// was resuming or suspending it while the chain was read (its `previous` is set and
+    /// cleared as it runs), so the callers are missing: reported as truncated (ADR 0020).
+    Torn,
+}
+
+/// `_PyInterpreterFrame.owner` of a generator's or coroutine's frame
+/// (`FRAME_OWNED_BY_GENERATOR`, 3.11–3.13).
+const OWNED_BY_GENERATOR: u8 = 1;
+
 /// Why one thread's walk stopped early.
 pub(super) enum ThreadFailure {
     Invalid,
@@ -188,8 +206,8 @@ impl FrameWalk {
         Some((lo, len))
     }
 
-    /// Walks the frame chain from `frame` into `self.frames`, leaf first. Returns whether the
-    /// depth cap cut it.
+    /// Walks the frame chain from `frame` into `self.frames`, leaf first. Returns how the
+    /// chain ended: whole, cut at the depth cap, or torn at a root no thread can have.
     ///
     /// Two passes: the chain is followed first, taking frames from the copied data stack when
     /// they lie in it (3.11+) and reading the others one by one; then the headers of all the
@@ -200,7 +218,7 @@ impl FrameWalk {
         frame: u64,
         chunk: u64,
         top: u64,
-    ) -> Result<bool, ThreadFailure> {
+    ) -> Result<StackEnd, ThreadFailure> {
         let l = src.layout;
         self.frames.clear();
         self.slots.clear();
@@ -225,6 +243,8 @@ impl FrameWalk {
         let mut last = 0u64;
         // Cut at the depth cap, or out of steps (a long run of shims), unless the chain ends.
         let mut truncated = true;
+        // The owner of the frame the chain ended at (3.11+).
+        let mut root_owner = None;
         // Shim frames do not count towards the depth; bound the total work anyway.
         let max_steps = src.max_depth.saturating_mul(2).saturating_add(8);
         for _ in 0..max_steps {
@@ -257,14 +277,21 @@ impl FrameWalk {
             }
             if previous == 0 {
                 truncated = false;
+                root_owner = owner;
                 break;
             }
             self.load_frame(src, previous, window, &mut fbuf[..fsize])?;
             last = cur;
             cur = previous;
         }
-        self.resolve_slots(src)?;
-        Ok(truncated)
+        let outermost_cannot_root = self.resolve_slots(src)?;
+        Ok(if truncated {
+            StackEnd::Cut
+        } else if outermost_cannot_root || root_owner == Some(OWNED_BY_GENERATOR) {
+            StackEnd::Torn
+        } else {
+            StackEnd::Whole
+        })
     }
 
     /// Fills `out` with the frame at `addr`: from the data-stack copy when it lies inside it,
@@ -310,7 +337,9 @@ impl FrameWalk {
 
     /// Reads the code headers of `self.slots` in one batched read, proves the cached entries
     /// they match (comparing content where the header cannot tell, in one more batched read),
-    /// copies the others, and pushes each frame into `self.frames`.
+    /// copies the others, and pushes each frame into `self.frames`. Returns whether the
+    /// outermost frame's code is one no thread's outermost frame can run
+    /// ([`CodeCache::cannot_root`]).
     ///
     /// Every header is read on every tick: a code object can be freed and another allocated at
     /// its address between two ticks, with its name, file and line table at their old
@@ -318,7 +347,7 @@ impl FrameWalk {
     fn resolve_slots<R: MemoryReader>(
         &mut self,
         src: &mut FrameSource<'_, R>,
-    ) -> Result<(), ThreadFailure> {
+    ) -> Result<bool, ThreadFailure> {
         let l = src.layout;
         let csize = l.code_read_size().min(BUF);
         // Direct recursion repeats an address: it is read once.
@@ -337,6 +366,7 @@ impl FrameWalk {
         self.prove_cached(src, csize);
         let limits = src.limits;
         let mut next_read = 0usize;
+        let mut outermost_cannot_root = false;
         for i in 0..self.slots.len() {
             let Some(&slot) = self.slots.get(i) else {
                 return Err(ThreadFailure::Invalid);
@@ -364,6 +394,10 @@ impl FrameWalk {
                 // A repeat of an address whose copy found the cache full.
                 (None, None) => Ok(Resolved::Full),
             };
+            if i + 1 == self.slots.len() {
+                outermost_cannot_root =
+                    matches!(resolved, Ok(Resolved::Entry(idx)) if src.cache.cannot_root(idx));
+            }
             let raw = match resolved {
                 Ok(Resolved::Entry(idx)) if src.cache.is_hidden(idx) => None,
                 Ok(Resolved::Entry(idx)) => {
@@ -389,7 +423,7 @@ impl FrameWalk {
                 self.frames.push(raw);
             }
         }
-        Ok(())
+        Ok(outermost_cannot_root)
     }
 
     /// Proves the cache entries the headers just read (`self.code_addrs`, `csize` bytes each)

@@ -98,6 +98,8 @@ pub(crate) struct Layout {
     pub(crate) code_filename: usize,
     pub(crate) code_name: usize,
     pub(crate) code_qualname: Option<usize>,
+    /// `co_flags` (int): whether the code is a generator's or coroutine's (`CO_GENERATOR`...).
+    pub(crate) code_flags: usize,
     /// `co_lnotab` (3.9) or `co_linetable` (3.10+).
     pub(crate) code_linetable: usize,
     /// `co_code_adaptive`: where the bytecode starts inside the code object (3.11+).
@@ -170,6 +172,7 @@ pub(crate) const PY39: Layout = Layout {
     code_filename: 104,   // PyCodeObject.co_filename
     code_name: 112,       // PyCodeObject.co_name
     code_qualname: None,
+    code_flags: 36,      // PyCodeObject.co_flags
     code_linetable: 120, // PyCodeObject.co_lnotab
     code_code_adaptive: None,
     code_version: None,
@@ -221,6 +224,7 @@ pub(crate) const PY311: Layout = Layout {
     code_filename: 112,   // PyCodeObject.co_filename
     code_name: 120,       // PyCodeObject.co_name
     code_qualname: Some(128),
+    code_flags: 48,                // PyCodeObject.co_flags (3.12, 3.13 too)
     code_linetable: 136,           // PyCodeObject.co_linetable
     code_code_adaptive: Some(184), // PyCodeObject.co_code_adaptive
     code_version: None,

@@ -15,8 +15,12 @@ span_profile_core::counters! {
         samples,
         /// Frames reported.
         frames,
-        /// Stacks cut at the depth cap.
+        /// Stacks reported truncated: cut at the depth cap, or torn (`torn_roots`).
         truncated,
+        /// Stacks whose chain ended at a frame no thread's outermost frame can be (a generator
+        /// or coroutine read while it was resumed or suspended, or the 3.12 trampoline):
+        /// reported truncated, so also counted in `truncated`.
+        torn_roots,
         /// Threads with no Python frame (not reported).
         idle_threads,
         /// Threads beyond the per-tick cap (reported as `WalkError::Skipped`).

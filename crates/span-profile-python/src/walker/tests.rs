@@ -675,3 +675,93 @@ fn thread_listing_is_batched_and_follows_list_changes() {
         assert_eq!(tick(&[]).0, [3, 4], "{v:?}");
     }
 }
+
+/// Marks the code object at `code` as a generator's (`co_flags` = `CO_GENERATOR` plus the
+/// usual `CO_OPTIMIZED | CO_NEWLOCALS`).
+fn make_generator(b: &mut ImageBuilder, code: u64) {
+    let l = super::layout::Layout::for_version(b.version()).unwrap();
+    assert!(b
+        .mem
+        .write(code + l.code_flags as u64, &0x23i32.to_le_bytes()));
+}
+
+#[test]
+fn a_chain_that_ends_at_a_generator_is_truncated_not_whole() {
+    for v in versions() {
+        // The thread resumed or suspended the generator while its frame was read: the
+        // generator's `previous` is NULL, so the chain ends at it.
+        let mut b = ImageBuilder::new(v).unwrap();
+        let gen = b.code(&FakeFrame::new("produce", "/app/gen.py", 10, 11));
+        make_generator(&mut b, gen);
+        let leaf_code = b.code(&FakeFrame::new("step", "/app/gen.py", 20, 21));
+        let gen_frame = b.frame(gen, 0, 1);
+        let leaf = b.frame(leaf_code, gen_frame, 0);
+        b.thread(1, 0, leaf);
+        // A whole stack with a generator in it stays whole.
+        let mut frames = three();
+        frames.insert(1, FakeFrame::new("produce2", "/app/gen.py", 40, 41));
+        let whole = b.stack(&frames);
+        b.thread(2, 0, whole);
+        let mut w = walker(&b, config());
+        let c = walk_once(&mut w);
+        assert!(c.errors.is_empty(), "{v}: {:?}", c.errors);
+        let torn = c.samples.iter().find(|s| s.thread == 1).unwrap();
+        assert!(torn.truncated, "{v}");
+        let names: Vec<String> = torn
+            .frames
+            .iter()
+            .map(|&r| w.symbolize(r).function)
+            .collect();
+        assert_eq!(
+            names,
+            [expected_name(v, "step"), expected_name(v, "produce")],
+            "{v}"
+        );
+        let whole = c.samples.iter().find(|s| s.thread == 2).unwrap();
+        assert!(!whole.truncated, "{v}");
+        let stats = w.counters().snapshot();
+        assert_eq!((stats.torn_roots, stats.truncated), (1, 1), "{v}");
+    }
+}
+
+#[test]
+fn a_chain_that_ends_at_a_frame_owned_by_a_generator_is_truncated() {
+    // 3.11+: the owner byte says so even where the code's flags were not read as a generator's.
+    for v in versions().filter(|v| v.minor >= 11) {
+        let mut b = ImageBuilder::new(v).unwrap();
+        let code = b.code(&FakeFrame::new("resumed", "/app/gen.py", 10, 11));
+        let leaf = b.frame(code, 0, 1);
+        b.thread(1, 0, leaf);
+        let mut w = walker(&b, config());
+        let c = walk_once(&mut w);
+        assert_eq!(c.samples.len(), 1, "{v}");
+        assert!(c.samples[0].truncated, "{v}");
+        assert_eq!(w.counters().snapshot().torn_roots, 1, "{v}");
+    }
+}
+
+#[test]
+fn the_trampoline_is_never_a_frame_and_never_a_root() {
+    for v in versions() {
+        // A shim frame whose owner byte was read as another (a C-stack slot being reused):
+        // its code still names it.
+        let mut b = ImageBuilder::new(v).unwrap();
+        let name = super::code::TRAMPOLINE_NAME;
+        let tramp = b.code(&FakeFrame {
+            qualname: name.into(),
+            ..FakeFrame::new(name, "", 1, 1)
+        });
+        let body = b.code(&FakeFrame::new("body", "/app/a.py", 10, 11));
+        let root = b.frame(tramp, 0, 0);
+        let leaf = b.frame(body, root, 0);
+        b.thread(1, 0, leaf);
+        let mut w = walker(&b, config());
+        let c = walk_once(&mut w);
+        assert_eq!(c.samples.len(), 1, "{v}");
+        let s = &c.samples[0];
+        let names: Vec<String> = s.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        assert_eq!(names, [expected_name(v, "body")], "{v}");
+        assert!(s.truncated, "{v}");
+        assert_eq!(w.counters().snapshot().torn_roots, 1, "{v}");
+    }
+}

@@ -11,7 +11,7 @@ use span_profile_core::{
 use super::code::{CodeCache, CopyLimits};
 use super::context::{ContextCounters, ContextReader, ContextTarget, TaskNames};
 use super::cpu::{cpu_time_ns, monotonic_ns, CpuTimeSource, CpuTracker};
-use super::frames::{FrameSource, FrameWalk, ThreadFailure};
+use super::frames::{FrameSource, FrameWalk, StackEnd, ThreadFailure};
 use super::guarded::{GuardedReader, ReadMode};
 use super::layout::{check_debug_offsets, Layout, LayoutError, PythonVersion, CONTEXT_VARS};
 use super::memory::{field_u64, MemoryReader, ProcessVmReader, ReadError};
@@ -595,10 +595,13 @@ impl<R: MemoryReader> PythonWalker<R> {
             cache: &mut self.cache,
             counters: &self.counters,
         };
-        let truncated = match self.frame_walk.walk_frames(&mut src, frame, t.chunk, t.top) {
-            Ok(t) => t,
+        let end = match self.frame_walk.walk_frames(&mut src, frame, t.chunk, t.top) {
+            Ok(end) => end,
             Err(f) => return self.fail(sink, f),
         };
+        // A torn root (a generator's frame read while it was linked or unlinked) keeps its
+        // sample, CPU and span, marked truncated: its callers are missing (ADR 0020).
+        let truncated = end != StackEnd::Whole;
         if self.frame_walk.frames.is_empty() {
             bump(&self.counters.idle_threads, 1);
             return;
@@ -623,6 +626,9 @@ impl<R: MemoryReader> PythonWalker<R> {
         bump(&self.counters.frames, self.frame_walk.frames.len() as u64);
         if truncated {
             bump(&self.counters.truncated, 1);
+        }
+        if end == StackEnd::Torn {
+            bump(&self.counters.torn_roots, 1);
         }
         let key = ExecutionKey::thread(t.thread_id);
         let sample = RawSample::new(key, &self.frame_walk.frames, self.name.as_str())
