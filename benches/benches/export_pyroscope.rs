@@ -121,12 +121,12 @@ fn store_dir() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("span-profile-bench-{}", std::process::id()))
 }
 
-/// A Pyroscope exporter for `url` whose hand-off queue holds `queue` requests.
+/// A Pyroscope exporter for `url` whose (memory) spool holds `queue` requests.
 fn pyroscope(url: &str, queue: usize) -> PyroscopeExporter {
     PyroscopeExporter::new(
         PyroscopeConfig::new(url)
             .expect("valid url")
-            .with_delivery(DeliveryConfig::default().with_queue(queue)),
+            .with_delivery(DeliveryConfig::default().with_spool_max_entries(queue)),
     )
     .expect("exporter")
 }

@@ -20,6 +20,37 @@ pub enum ExportError {
     InternalFailure(String),
 }
 
+/// What became of the windows an exporter was handed, by [`Exporter::window_counts`]. Every
+/// window passed to [`Exporter::export`] is in exactly one field: their sum is the number of
+/// `export` calls (ADR 0027).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowCounts {
+    /// Delivered: accepted by the receiver (2xx) or written to the store.
+    pub delivered: u64,
+    /// Not delivered yet: waiting in memory or in a disk spool.
+    pub waiting: u64,
+    /// Lost because the spool was over its bound, or its file could not be written or read.
+    pub dropped_spool_full: u64,
+    /// Lost because the window grew older than the receiver accepts.
+    pub dropped_expired: u64,
+    /// Lost because the receiver refused it (a 4xx), or the exporter failed to write it.
+    pub dropped_rejected: u64,
+    /// Lost at shutdown (left in a memory spool, or handed over after shutdown).
+    pub dropped_at_shutdown: u64,
+}
+
+impl WindowCounts {
+    /// Windows accounted for: the sum of every field.
+    pub fn total(&self) -> u64 {
+        self.delivered
+            + self.waiting
+            + self.dropped_spool_full
+            + self.dropped_expired
+            + self.dropped_rejected
+            + self.dropped_at_shutdown
+    }
+}
+
 /// A destination for closed windows (a file store, Pyroscope, an OTLP collector).
 ///
 /// The methods are plain blocking calls, as OpenTelemetry's `export`, `force_flush` and
@@ -83,6 +114,16 @@ pub trait Exporter: Send + Sync + std::fmt::Debug + 'static {
     /// [`Exporter::shutdown_with_timeout`] with 5 seconds.
     fn shutdown(&self) -> Result<(), ExportError> {
         self.shutdown_with_timeout(Duration::from_secs(5))
+    }
+
+    /// What became of the windows this exporter was handed, for an exporter that delivers
+    /// after `export` returns (a network exporter with a spool). `None`, the default, means
+    /// `export` is the delivery: the profiler counts a window as delivered when `export`
+    /// returns `Ok` and as rejected when it fails. An exporter that returns `Some` accounts
+    /// for every window it was passed, whatever `export` returned. Called from any thread
+    /// (the sampler stamps the counts into each window's stats): reads atomics only.
+    fn window_counts(&self) -> Option<WindowCounts> {
+        None
     }
 
     /// The span each sample is stored under by this exporter's backend: the innermost span

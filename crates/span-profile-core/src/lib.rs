@@ -49,7 +49,7 @@ mod time;
 mod walker;
 
 pub use aggregate::AggregatorLimits;
-pub use export::{ExportError, Exporter};
+pub use export::{ExportError, Exporter, WindowCounts};
 pub use frame::{Frame, FrameIndex, RawFrame, Stack};
 pub use id::{ParseIdError, SpanContext, SpanId, TraceId};
 pub use key::ExecutionKey;

@@ -227,6 +227,24 @@ pub struct WindowStats {
     /// Sampler reads of the registry that gave up because a hook kept rewriting the slot
     /// (the sample then carries no span).
     pub contended_reads: u64,
+    /// Window accounting of the profiler's life up to this window (this one excluded; ADR
+    /// 0027): windows made before it, and what became of them. Cumulative, not a delta:
+    /// `windows_made == windows_delivered + windows_waiting + every windows_dropped_*`.
+    pub windows_made: u64,
+    /// Of those, windows delivered (2xx, or written to the store).
+    pub windows_delivered: u64,
+    /// Of those, windows waiting (export queue, memory or disk spool).
+    pub windows_waiting: u64,
+    /// Of those, windows dropped because the export queue was full.
+    pub windows_dropped_queue_full: u64,
+    /// Of those, windows dropped because the spool was full (or unwritable).
+    pub windows_dropped_spool_full: u64,
+    /// Of those, windows dropped because they grew too old to send.
+    pub windows_dropped_expired: u64,
+    /// Of those, windows the receiver refused (or the store failed to write).
+    pub windows_dropped_rejected: u64,
+    /// Of those, windows lost at shutdown.
+    pub windows_dropped_at_shutdown: u64,
 }
 
 /// What a window is, as the window filters see it: its service, version, environment,

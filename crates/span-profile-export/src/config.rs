@@ -236,7 +236,8 @@ pub(crate) struct Endpoint {
     pub(crate) user: Option<(String, Secret)>,
 }
 
-/// Parses `http[s]://[user[:password]@]host[:port][/path]`.
+/// Parses `http[s]://[user[:password]@]host[:port][/path]`. An error names the part that is
+/// wrong (scheme, host, port, brackets, query) and shows the URL redacted ([`redact_url`]).
 pub(crate) fn parse_endpoint(url: &str) -> Result<Endpoint, ConfigError> {
     let url = url.trim();
     let (scheme, rest) = url
@@ -249,7 +250,7 @@ pub(crate) fn parse_endpoint(url: &str) -> Result<Endpoint, ConfigError> {
             &format!("scheme {scheme:?} is not http or https"),
         ));
     }
-    let (authority, path) = match rest.find('/') {
+    let (authority, path) = match rest.find(['/', '?', '#']) {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
@@ -263,11 +264,12 @@ pub(crate) fn parse_endpoint(url: &str) -> Result<Endpoint, ConfigError> {
         }
         None => (None, authority),
     };
-    if host.is_empty() || host.contains(char::is_whitespace) {
-        return Err(invalid(url, "the host is missing"));
-    }
+    check_host_port(url, host)?;
     if path.contains('?') || path.contains('#') {
-        return Err(invalid(url, "a query or fragment is not allowed"));
+        return Err(invalid(
+            url,
+            "a query or fragment is not allowed; put credentials in headers (the *_HEADERS variables)",
+        ));
     }
     let path = path.trim_end_matches('/').to_string();
     Ok(Endpoint {
@@ -277,25 +279,157 @@ pub(crate) fn parse_endpoint(url: &str) -> Result<Endpoint, ConfigError> {
     })
 }
 
+/// Checks `host[:port]`, `[v6]` or `[v6]:port`: a host that is there, closed brackets, a port
+/// that is a number from 1 to 65535.
+fn check_host_port(url: &str, host_port: &str) -> Result<(), ConfigError> {
+    let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+        let Some((addr, after)) = v6.split_once(']') else {
+            return Err(invalid(
+                url,
+                "the host's '[' is not closed; write an IPv6 address as [::1]:4040",
+            ));
+        };
+        if addr.is_empty()
+            || !addr
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || ":.%".contains(c))
+        {
+            return Err(invalid(
+                url,
+                &format!("the host [{addr}] is not an IPv6 address"),
+            ));
+        }
+        match after {
+            "" => (addr, None),
+            p => match p.strip_prefix(':') {
+                Some(port) => (addr, Some(port)),
+                None => {
+                    return Err(invalid(
+                        url,
+                        &format!("unexpected {p:?} after the host's ']'; expected :port"),
+                    ))
+                }
+            },
+        }
+    } else {
+        if host_port.contains(['[', ']']) {
+            return Err(invalid(
+                url,
+                "a bracket in the host; write an IPv6 address as [::1]:4040",
+            ));
+        }
+        match host_port.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (host_port, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(invalid(url, "the host is missing"));
+    }
+    if host.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(
+            url,
+            "the host contains a space or a control character",
+        ));
+    }
+    if let Some(port) = port {
+        match port.parse::<u32>() {
+            _ if port.is_empty() => return Err(invalid(url, "the port is empty after ':'")),
+            Ok(n) if (1..=65535).contains(&n) => {}
+            Ok(n) => return Err(invalid(url, &format!("the port {n} is outside 1-65535"))),
+            Err(_) => return Err(invalid(url, &format!("the port {port:?} is not a number"))),
+        }
+    }
+    Ok(())
+}
+
 fn invalid(url: &str, reason: &str) -> ConfigError {
     ConfigError::InvalidEndpoint {
-        endpoint: strip_userinfo(url),
+        endpoint: redact_url(url),
         reason: reason.to_string(),
     }
 }
 
-/// `url` with any `user:password@` removed, for messages.
-pub(crate) fn strip_userinfo(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let end = rest.find('/').unwrap_or(rest.len());
-            match rest[..end].rsplit_once('@') {
-                Some((_, host)) => format!("{scheme}://{host}{}", &rest[end..]),
-                None => url.to_string(),
+/// Query parameters whose values are secrets: their values are shown as `***`.
+const SECRET_PARAMS: &[&str] = &[
+    "token",
+    "access_token",
+    "api_key",
+    "apikey",
+    "key",
+    "password",
+    "passwd",
+    "secret",
+    "auth",
+    "authorization",
+    "signature",
+    "sig",
+];
+
+/// `url` as it may be shown: the password of its user info replaced by `***` (`user:***@`; a
+/// user without password, which may be a token, is `***@`), and the values of query
+/// parameters that hold secrets (`token=`, `api_key=`, `password=`, …) replaced by `***`. The
+/// one redaction of the workspace: every message, `Debug`, log line and CLI output that shows
+/// an output URL goes through it.
+///
+/// ```
+/// use span_profile_export::redact_url;
+/// assert_eq!(
+///     redact_url("pyroscope+http://alice:hunter2@pyro:4040"),
+///     "pyroscope+http://alice:***@pyro:4040"
+/// );
+/// assert_eq!(redact_url("https://tok123@h/x?api_key=s3&n=1"), "https://***@h/x?api_key=***&n=1");
+/// assert_eq!(redact_url("./profiles"), "./profiles");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return redact_query(url);
+    };
+    // Everything before the last `@` is taken as user info, even past a `/`, `?` or `#`: a
+    // password typed unescaped (`user:pa#ss@host`) must not show because a URL parser would
+    // have read it as a fragment. A path holding an `@` is over-redacted, never leaked.
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((userinfo, after)) => (Some(userinfo), after),
+        None => (None, rest),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (host, tail) = rest.split_at(end);
+    let authority = match userinfo {
+        Some(userinfo) => match userinfo.split_once(':') {
+            Some((user, _)) if !user.contains(['/', '?', '#']) => format!("{user}:***@{host}"),
+            _ => format!("***@{host}"),
+        },
+        None => host.to_string(),
+    };
+    format!("{scheme}://{authority}{}", redact_query(tail))
+}
+
+/// `s` with the values of secret query parameters replaced by `***`.
+fn redact_query(s: &str) -> String {
+    let Some((before, query)) = s.split_once('?') else {
+        return s.to_string();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _))
+                if SECRET_PARAMS.contains(&percent_decode(k).to_ascii_lowercase().as_str()) =>
+            {
+                format!("{k}=***")
             }
-        }
-        None => url.to_string(),
+            _ => kv.to_string(),
+        })
+        .collect();
+    let mut out = format!("{before}?{}", parts.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
     }
+    out
 }
 
 /// Parses `key=value,key2=value2` (OpenTelemetry's header list form, values
@@ -410,6 +544,54 @@ mod tests {
         assert!(!err.contains("hunter2"), "{err}");
         assert!(parse_endpoint("http://").is_err());
         assert!(parse_endpoint("http://h/x?y").is_err());
+    }
+
+    #[test]
+    fn malformed_endpoints_name_the_part_that_is_wrong_and_never_the_password() {
+        let cases = [
+            (
+                "http://u:PASS@host:notaport",
+                "port \"notaport\" is not a number",
+            ),
+            ("http://u:PASS@host:99999", "port 99999 is outside 1-65535"),
+            ("http://u:PASS@host:", "port is empty"),
+            ("http://u:PASS@:4040", "host is missing"),
+            ("http://[::1", "'[' is not closed"),
+            ("http://[::1]x", "after the host's ']'"),
+            ("http://[zz]:1", "not an IPv6 address"),
+            ("gopher://u:PASS@h", "scheme \"gopher\""),
+            ("http://h?token=PASS", "query or fragment"),
+        ];
+        for (url, want) in cases {
+            let err = parse_endpoint(url).unwrap_err().to_string();
+            assert!(err.contains(want), "{url}: {err}");
+            assert!(!err.contains("PASS"), "{url}: {err}");
+        }
+        for ok in [
+            "http://[::1]:4040",
+            "http://h:1",
+            "https://h:65535/x",
+            "http://10.0.0.1",
+        ] {
+            assert!(parse_endpoint(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn redaction_hides_passwords_and_secret_parameters_only() {
+        assert_eq!(redact_url("http://u:p@h:1/x"), "http://u:***@h:1/x");
+        assert_eq!(
+            redact_url("http://u:p@h?token=t&a=1#f"),
+            "http://u:***@h?token=***&a=1#f"
+        );
+        assert_eq!(redact_url("http://h/x?API_KEY=k"), "http://h/x?API_KEY=***");
+        assert_eq!(redact_url("http://h:1"), "http://h:1");
+        assert_eq!(redact_url("/tmp/x?token=t"), "/tmp/x?token=***");
+        // A password typed unescaped, past what a URL parser takes for the authority (found
+        // by the output_url fuzz target): everything before the last `@` is user info.
+        assert_eq!(redact_url("http://u:pa#ss@h/x"), "http://u:***@h/x");
+        assert_eq!(redact_url("https://EcR\u{1c}\0#:sEcReT@"), "https://***@");
+        assert_eq!(redact_url("http://u:p/w@h"), "http://u:***@h");
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub mod pyroscope;
 #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
 pub mod store;
 
-pub use config::{ConfigError, ExporterEnv, Secret};
+pub use config::{redact_url, ConfigError, ExporterEnv, Secret};
 pub use output::{exporter_for_output, parse_output, Output, OutputError};
 
 pub use decode::{decode_pprof, DecodeError, MAX_DECOMPRESSED_LEN};

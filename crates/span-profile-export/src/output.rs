@@ -5,11 +5,12 @@ use std::path::PathBuf;
 
 use span_profile_core::Exporter;
 
-use crate::config::{strip_userinfo, ConfigError};
+use crate::config::{redact_url, ConfigError};
 use crate::ExporterEnv;
 
-/// Where an `output` setting sends windows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where an `output` setting sends windows. `Debug` and `Display` show URLs redacted
+/// ([`redact_url`]).
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Output {
     /// A local directory (the file store): a path, or `file:///absolute/path`.
@@ -18,6 +19,26 @@ pub enum Output {
     Pyroscope(String),
     /// An OTLP/HTTP receiver: `otlp+http://host:4318` or `otlp+https://…`; holds the inner URL.
     Otlp(String),
+}
+
+impl std::fmt::Display for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Output::Dir(d) => write!(f, "{}", d.display()),
+            Output::Pyroscope(u) => write!(f, "pyroscope+{}", redact_url(u)),
+            Output::Otlp(u) => write!(f, "otlp+{}", redact_url(u)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Output::Dir(d) => f.debug_tuple("Dir").field(d).finish(),
+            Output::Pyroscope(u) => f.debug_tuple("Pyroscope").field(&redact_url(u)).finish(),
+            Output::Otlp(u) => f.debug_tuple("Otlp").field(&redact_url(u)).finish(),
+        }
+    }
 }
 
 /// Why an `output` setting cannot be used. Messages never contain credentials.
@@ -75,13 +96,13 @@ pub fn parse_output(output: &str) -> Result<Output, OutputError> {
     let inner = |s: &str| format!("{s}://{rest}");
     match scheme_lc.as_str() {
         "file" if rest.starts_with('/') => Ok(Output::Dir(PathBuf::from(rest))),
-        "file" => Err(OutputError::RelativeFileUrl(strip_userinfo(trimmed))),
+        "file" => Err(OutputError::RelativeFileUrl(redact_url(trimmed))),
         "pyroscope+http" => Ok(Output::Pyroscope(inner("http"))),
         "pyroscope+https" => Ok(Output::Pyroscope(inner("https"))),
         "otlp+http" => Ok(Output::Otlp(inner("http"))),
         "otlp+https" => Ok(Output::Otlp(inner("https"))),
         _ => Err(OutputError::UnknownScheme {
-            output: strip_userinfo(trimmed),
+            output: redact_url(trimmed),
             scheme: scheme.to_string(),
         }),
     }
@@ -123,7 +144,7 @@ pub fn exporter_for_output(
         }
         #[cfg(not(feature = "pyroscope"))]
         Output::Pyroscope(_) => Err(OutputError::NotBuilt {
-            output: strip_userinfo(output.trim()),
+            output: redact_url(output.trim()),
             feature: "pyroscope",
         }),
         #[cfg(feature = "otlp")]
@@ -133,7 +154,7 @@ pub fn exporter_for_output(
         }
         #[cfg(not(feature = "otlp"))]
         Output::Otlp(_) => Err(OutputError::NotBuilt {
-            output: strip_userinfo(output.trim()),
+            output: redact_url(output.trim()),
             feature: "otlp",
         }),
     }
@@ -151,5 +172,12 @@ mod tests {
             .to_string();
         assert!(!err.contains("hunter2"), "{err}");
         assert!(err.contains("absolute path"), "{err}");
+    }
+
+    #[test]
+    fn an_output_shows_its_url_redacted() {
+        let o = parse_output("pyroscope+http://u:hunter2@h:4040").unwrap();
+        assert_eq!(o.to_string(), "pyroscope+http://u:***@h:4040");
+        assert!(!format!("{o:?}").contains("hunter2"), "{o:?}");
     }
 }

@@ -769,6 +769,11 @@ impl Exporter for PyroscopeExporter {
         self.delivery.shutdown_with_timeout(timeout)
     }
 
+    /// Windows are delivered by the delivery thread: its window accounting (ADR 0027).
+    fn window_counts(&self) -> Option<span_profile_core::WindowCounts> {
+        Some(self.delivery.stats().window_counts())
+    }
+
     /// The configured scope (`with_span_scope` or its environment variable).
     fn span_scope(&self) -> SpanScope {
         self.config.span_scope

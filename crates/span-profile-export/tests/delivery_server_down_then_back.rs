@@ -21,6 +21,17 @@ fn exporter(url: &str, spool: &std::path::Path) -> PyroscopeExporter {
     PyroscopeExporter::new(PyroscopeConfig::new(url).unwrap().with_delivery(delivery)).unwrap()
 }
 
+/// The spooled entries under `spool` (each process spools in a folder of its own).
+fn spooled_files(spool: &std::path::Path) -> usize {
+    std::fs::read_dir(spool)
+        .unwrap()
+        .flatten()
+        .filter(|d| d.path().is_dir())
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .filter(|f| f.file_name().to_string_lossy().ends_with(".req"))
+        .count()
+}
+
 fn window(base: u64, i: u64) -> Arc<span_profile_core::Profile> {
     let mut p = recent_checkout();
     p.start_unix_ns = base + i * 1_000_000_000;
@@ -51,10 +62,11 @@ fn every_window_arrives_in_order_after_an_outage_and_a_restart() {
     // The flush gives up while the server is failing instead of hanging.
     assert!(first.force_flush().is_err());
     first.shutdown_with_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(spooled_files(spool.path()), 4, "spooled on disk");
+    let s = first.stats().delivery;
     assert_eq!(
-        std::fs::read_dir(spool.path()).unwrap().count(),
-        4,
-        "spooled on disk"
+        (s.windows, s.windows_waiting(), s.windows_delivered),
+        (4, 4, 0)
     );
 
     // A new process over the same spool; still down for two more windows.
@@ -72,7 +84,19 @@ fn every_window_arrives_in_order_after_an_outage_and_a_restart() {
     assert_eq!(starts, expected, "every window once, in order");
     let s = second.stats().delivery;
     assert_eq!((s.sent, s.spooled, s.dropped()), (6, 0, 0), "{s:?}");
-    assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0);
+    // The earlier process's four windows are the recovered requests; this one's two windows
+    // are delivered.
+    assert_eq!(
+        (s.recovered, s.windows, s.windows_delivered),
+        (4, 2, 2),
+        "{s:?}"
+    );
+    assert_eq!(spooled_files(spool.path()), 0);
+    assert_eq!(
+        std::fs::read_dir(spool.path()).unwrap().count(),
+        1,
+        "only the running process's own folder is left"
+    );
     second
         .shutdown_with_timeout(Duration::from_secs(2))
         .unwrap();

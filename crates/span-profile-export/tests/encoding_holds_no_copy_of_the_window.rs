@@ -97,8 +97,11 @@ fn the_file_store_writes_a_busy_window_without_holding_its_file() {
     written.unwrap();
 
     // The encoder's bound above, plus the file's write buffer (64 KiB), the summary and the
-    // paths. Encoded into memory first, the file alone would add about 1 MB here.
-    let allowed = SAMPLES as usize * 48 + 512 * 1024 + 128 * 1024;
+    // paths. Encoded into memory first, the file alone would add about 1 MB here. The summary
+    // (format 2) keeps every span of the window (id, start, end, two counts) and every
+    // request (route, id): with its span-record index and its encoded columns, at most 128
+    // bytes a span while it is built and written (each sample here has its own span).
+    let allowed = SAMPLES as usize * (48 + 128) + 512 * 1024 + 128 * 1024;
     assert!(
         peak as usize <= allowed,
         "writing {SAMPLES} samples held {peak} bytes at its peak; the bound is {allowed}"

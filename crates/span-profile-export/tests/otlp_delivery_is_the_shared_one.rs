@@ -84,8 +84,20 @@ fn windows_wait_in_the_spool_and_a_503_is_retried() {
         .unwrap()
         .contains("cannot reach the OTLP endpoint"));
     first.shutdown_with_timeout(Duration::from_secs(2)).unwrap();
+    // Each process spools in a folder of its own under the backend's directory.
     let on_disk = spool.path().join("otlp");
-    assert_eq!(std::fs::read_dir(&on_disk).unwrap().count(), 3);
+    let files: usize = std::fs::read_dir(&on_disk)
+        .unwrap()
+        .flatten()
+        .map(|d| {
+            std::fs::read_dir(d.path())
+                .unwrap()
+                .flatten()
+                .filter(|f| f.file_name().to_string_lossy().ends_with(".req"))
+                .count()
+        })
+        .sum();
+    assert_eq!(files, 3);
 
     // A new exporter over the same spool; the server is back but busy once.
     let server = CaptureServer::start_on(addr, |_, i| match i {
@@ -113,7 +125,8 @@ fn windows_wait_in_the_spool_and_a_503_is_retried() {
         (3, 1, 0, 0),
         "{s:?}"
     );
-    assert_eq!(std::fs::read_dir(&on_disk).unwrap().count(), 0);
+    // The first exporter's folder was claimed, emptied and removed: only the second's is left.
+    assert_eq!(std::fs::read_dir(&on_disk).unwrap().count(), 1);
     second
         .shutdown_with_timeout(Duration::from_secs(2))
         .unwrap();

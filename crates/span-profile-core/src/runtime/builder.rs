@@ -17,7 +17,7 @@ use crate::{Exporter, Profile, Resource, StackWalker};
 
 use super::export_thread::export_loop;
 use super::sampler::{Sampler, SamplerSetup, StackWalkerDebug, WallClock};
-use super::{Counters, LazyRegistry, Profiler, StartError};
+use super::{Counters, LazyRegistry, Ledger, Profiler, StartError};
 
 /// Configures and starts a [`Profiler`].
 ///
@@ -266,6 +266,17 @@ impl ProfilerBuilder {
             resource.instance = Some(Resource::default_instance());
         }
         let counters = Arc::new(Counters::default());
+        let capped = cap_resource(&mut resource);
+        if capped > 0 {
+            counters
+                .capped_resource_attributes
+                .store(capped, std::sync::atomic::Ordering::Relaxed);
+            log::warn!(
+                target: "span_profile::resource",
+                "{capped} resource attribute(s) dropped or cut: at most {MAX_RESOURCE_ATTRIBUTES} attributes of at most {MAX_RESOURCE_VALUE_BYTES} bytes are kept in each window (check OTEL_RESOURCE_ATTRIBUTES)"
+            );
+        }
+        let ledger = Arc::new(Ledger::new(self.exporters.clone()));
         let failures = Arc::new(FailureLog::new(self.failure_log.0));
         let (win_tx, win_rx) = bounded::<Arc<Profile>>(self.export_queue);
         let (done_tx, done_rx) = bounded::<()>(1);
@@ -274,12 +285,12 @@ impl ProfilerBuilder {
         let exporter_thread = {
             let counters = counters.clone();
             let failures = failures.clone();
-            let exporters = self.exporters.clone();
+            let ledger = ledger.clone();
             let timeout = self.exporter_shutdown_timeout;
             let rx = win_rx.clone();
             thread::Builder::new()
                 .name("span-profile-export".into())
-                .spawn(move || export_loop(rx, exporters, timeout, counters, &failures, done_tx))
+                .spawn(move || export_loop(rx, &ledger, timeout, counters, &failures, done_tx))
                 .map_err(|e| StartError::Thread("export", e))?
         };
 
@@ -293,6 +304,7 @@ impl ProfilerBuilder {
             budget: self.overhead_budget,
             window: self.window,
             counters: counters.clone(),
+            ledger: Some(ledger.clone()),
             failures: failures.clone(),
             windows: (win_tx, win_rx),
             stop: stopping.clone(),
@@ -318,12 +330,41 @@ impl ProfilerBuilder {
             registry: self.registry,
             spans: self.spans,
             counters,
+            ledger,
             failures,
             done_rx,
             stopping,
             threads: Mutex::new(Some((sampler_thread, exporter_thread))),
         })
     }
+}
+
+/// Resource attributes kept in each window; the rest are dropped and counted (issue 27).
+const MAX_RESOURCE_ATTRIBUTES: usize = 128;
+/// Bytes of a resource attribute's key or value kept; longer ones are cut and counted.
+const MAX_RESOURCE_VALUE_BYTES: usize = 4096;
+
+/// Drops the attributes past [`MAX_RESOURCE_ATTRIBUTES`] and cuts keys and values to
+/// [`MAX_RESOURCE_VALUE_BYTES`] (at a character boundary); returns how many attributes were
+/// dropped or cut.
+fn cap_resource(r: &mut Resource) -> u64 {
+    let mut capped = r.attributes.len().saturating_sub(MAX_RESOURCE_ATTRIBUTES) as u64;
+    r.attributes.truncate(MAX_RESOURCE_ATTRIBUTES);
+    for (k, v) in &mut r.attributes {
+        let mut cut = false;
+        for s in [k, v] {
+            if s.len() > MAX_RESOURCE_VALUE_BYTES {
+                let mut end = MAX_RESOURCE_VALUE_BYTES;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+                cut = true;
+            }
+        }
+        capped += u64::from(cut);
+    }
+    capped
 }
 
 /// The builder's failure handler (a closure, so `Debug` by hand).
@@ -339,6 +380,19 @@ impl std::fmt::Debug for HandlerField {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_attributes_are_capped_in_count_and_length_and_counted() {
+        let mut r = Resource {
+            attributes: (0..10_000).map(|i| (format!("k{i}"), "v".into())).collect(),
+            ..Resource::default()
+        };
+        r.attributes[0].1 = "é".repeat(3000);
+        assert_eq!(cap_resource(&mut r), 10_000 - 128 + 1);
+        assert_eq!(r.attributes.len(), MAX_RESOURCE_ATTRIBUTES);
+        assert!(r.attributes[0].1.len() <= MAX_RESOURCE_VALUE_BYTES);
+        assert_eq!(r.attributes[1], ("k1".into(), "v".into()));
+    }
     use crate::Profiler;
 
     #[test]

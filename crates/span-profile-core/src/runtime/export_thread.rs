@@ -11,15 +11,16 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::budget::ThreadCpuClock;
 use crate::failure::FailureLog;
-use crate::{ExportError, Exporter, Profile};
+use crate::{ExportError, Profile};
 
-use super::Counters;
+use super::{Counters, Ledger};
 
-/// Exports windows until the channel closes, then flushes the exporters and shuts them down,
-/// giving each `shutdown_timeout`.
+/// Exports windows until the channel closes, then shuts the exporters down, giving each
+/// `shutdown_timeout` but never more than what is left of the profiler's stop deadline (an
+/// exporter's shutdown flushes: it makes the last delivery attempt within its timeout).
 pub(super) fn export_loop(
     rx: Receiver<Arc<Profile>>,
-    exporters: Vec<Arc<dyn Exporter>>,
+    ledger: &Ledger,
     shutdown_timeout: Duration,
     counters: Arc<Counters>,
     failures: &FailureLog,
@@ -37,25 +38,21 @@ pub(super) fn export_loop(
         } else {
             window
         };
-        let mut ok = true;
         let mut delivered = false;
-        for e in &exporters {
+        for (i, e) in ledger.exporters().iter().enumerate() {
             let exported = catch_unwind(AssertUnwindSafe(|| e.export(window.clone())))
                 .unwrap_or_else(|panic| {
                     failures.exporter_panicked(&*panic);
                     Err(ExportError::InternalFailure("the exporter panicked".into()))
                 });
+            ledger.exported(i, exported.is_ok());
             match exported {
                 Ok(()) => delivered = true,
                 Err(_) => {
-                    ok = false;
                     errors_since_last += 1;
                     counters.export_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
-        }
-        if ok {
-            counters.exported_windows.fetch_add(1, Ordering::Relaxed);
         }
         if !delivered {
             // No exporter took the window, so the earlier failures it carried were not
@@ -70,22 +67,27 @@ pub(super) fn export_loop(
             .fetch_add(used, Ordering::Relaxed);
         cpu_last = cpu;
     }
-    // A failed or panicking flush or shutdown is counted like a failed export, and a panic is
-    // logged once, as in `export`.
-    for e in &exporters {
-        let calls: [&dyn Fn() -> Result<(), ExportError>; 2] = [&|| e.force_flush(), &|| {
-            e.shutdown_with_timeout(shutdown_timeout)
-        }];
-        for call in calls {
-            match catch_unwind(AssertUnwindSafe(call)) {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => {
-                    counters.export_errors.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(panic) => {
-                    failures.exporter_panicked(&*panic);
-                    counters.export_errors.fetch_add(1, Ordering::Relaxed);
-                }
+    // A failed or panicking shutdown is counted like a failed export, and a panic is logged
+    // once, as in `export`. The exporters share what is left of the stop deadline, less a
+    // tenth (at most 100 ms) for this thread to report back.
+    let exporters = ledger.exporters();
+    for (i, e) in exporters.iter().enumerate() {
+        let timeout = match ledger.time_left() {
+            Some(left) => {
+                let left = left.saturating_sub((left / 10).min(Duration::from_millis(100)));
+                // Split evenly among the exporters still to shut down.
+                shutdown_timeout.min(left / (exporters.len() - i) as u32)
+            }
+            None => shutdown_timeout,
+        };
+        match catch_unwind(AssertUnwindSafe(|| e.shutdown_with_timeout(timeout))) {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                counters.export_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(panic) => {
+                failures.exporter_panicked(&*panic);
+                counters.export_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

@@ -14,7 +14,7 @@ mod sampler;
 pub use builder::ProfilerBuilder;
 pub use sampler::SamplerHarness;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use crate::failure::FailureLog;
 use crate::registry::ActiveSpanRegistry;
 use crate::spans::{SpanScope, SpanTable};
-use crate::ExportError;
+use crate::{ExportError, Exporter, WindowCounts};
 
 /// Why the profiler could not start.
 #[derive(Debug, thiserror::Error)]
@@ -54,10 +54,8 @@ crate::counters! {
         ticks,
         /// Samples recorded.
         samples,
-        /// Windows closed.
+        /// Windows made (closed).
         windows,
-        /// Windows handed to every exporter successfully.
-        exported_windows,
         /// Windows dropped because the export queue was full (oldest first).
         dropped_windows,
         /// Failed or timed-out exporter calls.
@@ -84,15 +82,117 @@ crate::counters! {
         unsampled_spans,
         /// Samples dropped because the span or task changed while the stack was copied.
         torn_samples,
+        /// Resource attributes dropped (past 128) or cut (past 4 KiB) at start.
+        capped_resource_attributes,
     } + {
         /// Export-thread CPU not yet reported in a window.
         exporter_cpu_pending,
     }
     /// Counters over the profiler's life. Every drop and failure has one.
+    ///
+    /// Every window made is in exactly one of `exported_windows`, `waiting_windows`,
+    /// `dropped_windows` and the `dropped_*_windows` (ADR 0027), counted per exporter: with
+    /// one exporter, `windows` is their sum; with `n`, `n * windows` is.
     #[non_exhaustive]
     pub struct ProfilerStats + {
         /// Sampling stopped because of a failure; [`Profiler::failure`] says which.
         failed: bool,
+        /// Windows delivered: accepted by the receiver (2xx) or written to the store.
+        exported_windows: u64,
+        /// Windows not delivered yet: in the export queue, in an exporter's memory or disk
+        /// spool.
+        waiting_windows: u64,
+        /// Windows lost because an exporter's spool was full (or could not be written).
+        dropped_spool_full_windows: u64,
+        /// Windows lost because they grew older than the receiver accepts.
+        dropped_expired_windows: u64,
+        /// Windows the receiver refused (a 4xx), or a store failed to write.
+        dropped_rejected_windows: u64,
+        /// Windows lost at shutdown (left in a memory spool, or made after it).
+        dropped_at_shutdown_windows: u64,
+    }
+}
+
+/// What the profiler's threads share to account for every window (ADR 0027): the exporters,
+/// the outcomes of the exporters whose `export` is the delivery, and the stop deadline.
+#[derive(Debug)]
+pub(in crate::runtime) struct Ledger {
+    exporters: Vec<Arc<dyn Exporter>>,
+    /// Per exporter without [`Exporter::window_counts`]: windows `export` took, and those it
+    /// failed.
+    direct: Vec<(AtomicU64, AtomicU64)>,
+    /// When [`Profiler::shutdown_with_timeout`] must return, once it was called.
+    deadline: Mutex<Option<Instant>>,
+}
+
+impl Ledger {
+    pub(in crate::runtime) fn new(exporters: Vec<Arc<dyn Exporter>>) -> Self {
+        let direct = exporters
+            .iter()
+            .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+            .collect();
+        Self {
+            exporters,
+            direct,
+            deadline: Mutex::new(None),
+        }
+    }
+
+    pub(in crate::runtime) fn exporters(&self) -> &[Arc<dyn Exporter>] {
+        &self.exporters
+    }
+
+    /// Books the outcome of exporter `i`'s `export`, if `export` is its delivery.
+    pub(in crate::runtime) fn exported(&self, i: usize, ok: bool) {
+        if self.exporters[i].window_counts().is_some() {
+            return;
+        }
+        let (done, failed) = &self.direct[i];
+        if ok { done } else { failed }.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The time left until the stop deadline, if a stop was asked for.
+    pub(in crate::runtime) fn time_left(&self) -> Option<Duration> {
+        let d = *self.deadline.lock().unwrap_or_else(PoisonError::into_inner);
+        d.map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// What became of every window so far. The exporters are read before the profiler's
+    /// counters: a window an exporter counts has been counted as made already.
+    pub(in crate::runtime) fn account(&self, counters: &Counters) -> WindowCounts {
+        let per: Vec<WindowCounts> = self
+            .exporters
+            .iter()
+            .zip(&self.direct)
+            .map(|(e, (done, failed))| {
+                e.window_counts().unwrap_or(WindowCounts {
+                    delivered: done.load(Ordering::Relaxed),
+                    dropped_rejected: failed.load(Ordering::Relaxed),
+                    ..WindowCounts::default()
+                })
+            })
+            .collect();
+        let made = counters.windows.load(Ordering::Relaxed);
+        let queue_full = counters.dropped_windows.load(Ordering::Relaxed);
+        let offered = made.saturating_sub(queue_full);
+        if per.is_empty() {
+            // No exporter: a window that leaves the queue has nowhere to go, and nothing to lose.
+            return WindowCounts {
+                delivered: offered,
+                ..WindowCounts::default()
+            };
+        }
+        let mut sum = WindowCounts::default();
+        for c in per {
+            // Windows made but not yet handed to this exporter wait in the export queue.
+            sum.waiting += c.waiting + offered.saturating_sub(c.total());
+            sum.delivered += c.delivered;
+            sum.dropped_spool_full += c.dropped_spool_full;
+            sum.dropped_expired += c.dropped_expired;
+            sum.dropped_rejected += c.dropped_rejected;
+            sum.dropped_at_shutdown += c.dropped_at_shutdown;
+        }
+        sum
     }
 }
 
@@ -126,6 +226,7 @@ pub struct Profiler {
     registry: LazyRegistry,
     spans: Arc<SpanTable>,
     counters: Arc<Counters>,
+    ledger: Arc<Ledger>,
     failures: Arc<FailureLog>,
     done_rx: Receiver<()>,
     stopping: Arc<AtomicBool>,
@@ -165,8 +266,15 @@ impl Profiler {
 
     /// Counters so far.
     pub fn stats(&self) -> ProfilerStats {
+        let a = self.ledger.account(&self.counters);
         ProfilerStats {
             failed: self.failures.sampler_failure().is_some(),
+            exported_windows: a.delivered,
+            waiting_windows: a.waiting,
+            dropped_spool_full_windows: a.dropped_spool_full,
+            dropped_expired_windows: a.dropped_expired,
+            dropped_rejected_windows: a.dropped_rejected,
+            dropped_at_shutdown_windows: a.dropped_at_shutdown,
             ..self.counters.snapshot()
         }
     }
@@ -179,6 +287,12 @@ impl Profiler {
             return Err(ExportError::AlreadyShutdown);
         }
         let deadline = Instant::now() + timeout;
+        // The export thread gives the exporters' shutdown what is left of it.
+        *self
+            .ledger
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(deadline);
         // Release: the sampler's Acquire load of `stopping` then sees a completed request.
         // Unpark wakes it from its sleep until the next tick.
         if let Some((sampler, _)) = self

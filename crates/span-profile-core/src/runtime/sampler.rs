@@ -19,7 +19,7 @@ use crate::{
     Frame, Profile, RawFrame, RawSample, Resource, SpanSource, StackSink, StackWalker, WalkError,
 };
 
-use super::{Counters, LazyRegistry};
+use super::{Counters, LazyRegistry, Ledger};
 
 /// The wall clock that windows are aligned to, in Unix nanoseconds: the system clock, or a
 /// test clock that jumps (see [`ProfilerBuilder::with_wall_clock`]).
@@ -67,6 +67,7 @@ pub(super) struct Sampler {
     budget: Option<f64>,
     window: Duration,
     counters: Arc<Counters>,
+    ledger: Option<Arc<Ledger>>,
     win_tx: Sender<Arc<Profile>>,
     win_rx: Receiver<Arc<Profile>>,
     /// Set by shutdown (or the Profiler's drop); the sampler closes its last window and exits.
@@ -120,6 +121,8 @@ pub(super) struct SamplerSetup {
     pub(super) budget: Option<f64>,
     pub(super) window: Duration,
     pub(super) counters: Arc<Counters>,
+    /// The window accounting stamped into each window's stats (none in the harness).
+    pub(super) ledger: Option<Arc<Ledger>>,
     pub(super) failures: Arc<FailureLog>,
     /// The queue of closed windows to the export thread (both ends: a sampler that finds it
     /// full drops the oldest).
@@ -148,6 +151,7 @@ impl Sampler {
             budget: s.budget,
             window: s.window,
             counters: s.counters,
+            ledger: s.ledger,
             win_tx,
             win_rx,
             stop: s.stop,
@@ -351,6 +355,19 @@ impl Sampler {
         ] {
             counter.fetch_add(n, Ordering::Relaxed);
         }
+        // What became of the windows before this one (atomic loads only).
+        if let Some(ledger) = &self.ledger {
+            let a = ledger.account(&self.counters);
+            let st = &mut profile.stats;
+            st.windows_made = self.counters.windows.load(Ordering::Relaxed);
+            st.windows_delivered = a.delivered;
+            st.windows_waiting = a.waiting;
+            st.windows_dropped_queue_full = self.counters.dropped_windows.load(Ordering::Relaxed);
+            st.windows_dropped_spool_full = a.dropped_spool_full;
+            st.windows_dropped_expired = a.dropped_expired;
+            st.windows_dropped_rejected = a.dropped_rejected;
+            st.windows_dropped_at_shutdown = a.dropped_at_shutdown;
+        }
         self.counters.windows.fetch_add(1, Ordering::Relaxed);
         let mut window = Arc::new(profile);
         loop {
@@ -465,6 +482,7 @@ impl SamplerHarness {
                 budget: None,
                 window: Duration::from_secs(60),
                 counters: Arc::new(Counters::default()),
+                ledger: None,
                 failures: Arc::new(FailureLog::new(Arc::new(log_to_stderr))),
                 windows: bounded(1),
                 stop: Arc::new(AtomicBool::new(false)),

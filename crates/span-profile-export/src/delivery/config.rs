@@ -32,9 +32,6 @@ pub struct DeliveryConfig {
     /// Entries whose window ended longer ago than this are dropped, not sent (default 1 h,
     /// Pyroscope's default ingestion window).
     pub max_age: Duration,
-    /// Requests that may wait between [`Delivery::submit`](super::Delivery::submit) and the
-    /// worker (default 16). When full, the oldest waiting request is dropped and counted.
-    pub queue: usize,
     /// Directory of the on-disk spool; `None` keeps the spool in memory (lost on restart).
     pub spool_dir: Option<PathBuf>,
     /// Bytes the spool may hold (default 64 MiB).
@@ -54,7 +51,6 @@ impl Default for DeliveryConfig {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             max_age: Duration::from_secs(3600),
-            queue: 16,
             spool_dir: None,
             spool_max_bytes: 64 << 20,
             spool_max_entries: 1000,
@@ -91,11 +87,6 @@ impl DeliveryConfig {
     /// Sets the age past which entries are dropped.
     pub fn with_max_age(mut self, max_age: Duration) -> Self {
         self.max_age = max_age;
-        self
-    }
-    /// Sets the hand-off queue length (at least 1).
-    pub fn with_queue(mut self, requests: usize) -> Self {
-        self.queue = requests.max(1);
         self
     }
     /// Spools on disk in `dir` (created if missing).

@@ -1,10 +1,13 @@
 //! Delivery shared by the network exporters: a worker thread, a bounded spool (on disk or in
 //! memory), retries with exponential backoff and jitter, and a counter for every drop.
 //!
-//! An exporter encodes a window into one or more [`Request`]s and hands them to
-//! [`Delivery::submit`], which never blocks: the requests go through a bounded queue to the
-//! delivery's own worker thread. The worker appends them to the spool and sends the spool
-//! oldest-first, one request at a time, so requests arrive in the order they were submitted.
+//! An exporter encodes a window into one or more [`Request`]s and hands them to the
+//! delivery, which appends them to the spool on the caller's thread (a disk spool writes the
+//! file then, before any attempt to send can block) and wakes the delivery's own worker
+//! thread. The worker sends the spool oldest-first, one request at a time, so requests arrive
+//! in the order they were submitted. Each window is accounted for once: delivered (every
+//! request accepted), waiting in the spool, or lost for one reason ([`DeliveryStats`]'s
+//! `windows*` counters, ADR 0027).
 //!
 //! - **2xx**: sent; the entry leaves the spool.
 //! - **429, 5xx, connection errors, timeouts**: retried after an exponential backoff with
@@ -20,9 +23,11 @@
 //!   [`DeliveryStats::dropped_spool_full`].
 //!
 //! With [`DeliveryConfig::spool_dir`] set, every entry is a file (`<seq>.req`, written to a
-//! temporary name and renamed), so what waits survives a restart: a new [`Delivery`] over the
-//! same directory sends it first. Request headers (credentials) are never written to disk;
-//! they are added when the entry is sent. One process should own a spool directory.
+//! temporary name and renamed) in a folder of this process's own, so what waits survives a
+//! restart: a new [`Delivery`] over the same directory claims the folders of processes that
+//! are gone and sends their entries first. Processes that share a directory never send each
+//! other's entries (each folder is held under a `flock`). Request headers (credentials) are
+//! never written to disk; they are added when the entry is sent.
 //!
 //! The parts: [`DeliveryConfig`] and its checks (`config`), the worker thread with its
 //! retries and ordering (`worker`), the spool and its bounds (`spool`), and the HTTP client
@@ -38,8 +43,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use span_profile_core::ExportError;
+use crossbeam_channel::{bounded, Sender};
+use span_profile_core::{ExportError, WindowCounts};
 
 pub use config::{DeliveryConfig, DeliveryError};
 pub use spool::Request;
@@ -47,17 +52,28 @@ pub use worker::{DeliveryStats, ResponseCheck, ResponseOutcome};
 
 use spool::Spool;
 use tls::UreqTransport;
-use worker::{is_expired, Shared, Transport, Worker};
+use worker::{is_expired, Loss, Shared, Transport, Worker};
 
 impl DeliveryStats {
     /// Requests lost for any reason.
     pub fn dropped(&self) -> u64 {
         self.rejected
-            + self.dropped_queue_full
             + self.dropped_spool_full
             + self.dropped_expired
             + self.dropped_at_shutdown
             + self.spool_errors
+    }
+
+    /// The fate of every window handed over, as the profiler counts it.
+    pub fn window_counts(&self) -> WindowCounts {
+        WindowCounts {
+            delivered: self.windows_delivered,
+            waiting: self.windows_waiting(),
+            dropped_spool_full: self.windows_dropped_spool_full,
+            dropped_expired: self.windows_dropped_expired,
+            dropped_rejected: self.windows_rejected,
+            dropped_at_shutdown: self.windows_dropped_at_shutdown,
+        }
     }
 }
 
@@ -85,9 +101,6 @@ impl DeliveryStats {
 /// ```
 pub struct Delivery {
     shared: Arc<Shared>,
-    tx: Sender<Request>,
-    /// Lets `submit` drop the oldest queued request when the queue is full.
-    rx: Receiver<Request>,
     wake: Sender<()>,
     worker: Mutex<Option<JoinHandle<()>>>,
     config: DeliveryConfig,
@@ -106,8 +119,9 @@ impl std::fmt::Debug for Delivery {
 
 impl Delivery {
     /// Starts the worker. `base_url` is the server (`http://host:4040`) without a trailing
-    /// path; `headers` go on every request and are never logged, spooled or shown in errors.
-    /// `target` names the server in error messages; `check` reads 2xx bodies.
+    /// path and without credentials; `headers` go on every request and are never logged,
+    /// spooled or shown in errors. `target` names the server in error messages; `check`
+    /// reads 2xx bodies.
     pub fn start(
         base_url: &str,
         headers: Vec<(String, String)>,
@@ -127,69 +141,46 @@ impl Delivery {
         check: Option<ResponseCheck>,
     ) -> Result<Self, DeliveryError> {
         let spool = Spool::open(&config)?;
-        let shared = Arc::new(Shared::new(target, spool.len() as u64));
-        shared.counters.publish(&spool);
-        let (tx, rx) = bounded::<Request>(config.queue.max(1));
+        let shared = Arc::new(Shared::new(target, spool));
         let (wake, wake_rx) = bounded::<()>(1);
-        let worker = Worker::new(
-            shared.clone(),
-            rx.clone(),
-            wake_rx,
-            spool,
-            transport,
-            config.clone(),
-            check,
-        );
+        let worker = Worker::new(shared.clone(), wake_rx, transport, config.clone(), check);
         let handle = std::thread::Builder::new()
             .name("span-profile-delivery".into())
             .spawn(move || worker.run())
             .map_err(DeliveryError::Thread)?;
         Ok(Self {
             shared,
-            tx,
-            rx,
             wake,
             worker: Mutex::new(Some(handle)),
             config,
         })
     }
 
-    /// Queues a request for the worker; never blocks. A full queue drops its oldest request
-    /// (counted in [`DeliveryStats::dropped_queue_full`]). After shutdown the request is
-    /// refused with [`ExportError::AlreadyShutdown`].
+    /// Spools a request (one window) for the worker. Blocks only for the spool write, never
+    /// for the network. A full spool drops its oldest entries (counted in
+    /// [`DeliveryStats::dropped_spool_full`]). After shutdown the request is refused with
+    /// [`ExportError::AlreadyShutdown`].
     pub fn submit(&self, request: Request) -> Result<(), ExportError> {
+        self.submit_window(vec![request])
+    }
+
+    /// Spools the requests of one window, in order, and wakes the worker.
+    fn submit_window(&self, requests: Vec<Request>) -> Result<(), ExportError> {
         if self.shared.shutdown.load(Ordering::Acquire) {
+            let c = &self.shared.counters;
+            c.windows.fetch_add(1, Ordering::Relaxed);
+            self.shared.count_lost_window(Loss::Shutdown);
             return Err(ExportError::AlreadyShutdown);
         }
-        let c = &self.shared.counters;
-        c.submitted.fetch_add(1, Ordering::Relaxed);
-        self.shared.progress().pending += 1;
-        let mut request = request;
-        loop {
-            match self.tx.try_send(request) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Full(r)) => {
-                    if self.rx.try_recv().is_ok() {
-                        c.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
-                        self.shared.settle(1);
-                    }
-                    request = r;
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    self.shared.settle(1);
-                    return Err(ExportError::InternalFailure(format!(
-                        "the delivery thread for {} has stopped; restart the profiler",
-                        self.shared.target
-                    )));
-                }
-            }
-        }
+        self.shared.submit_window(requests, &self.config);
+        let _ = self.wake.try_send(());
+        Ok(())
     }
 
     /// The body of a network exporter's `export`: refuses after shutdown, drops (and counts
-    /// in `expired`) a window that ended longer ago than `max_age`, submits the window's
+    /// in `expired`) a window that ended longer ago than `max_age`, spools the window's
     /// requests, and returns the failures seen since the previous call as an error (the
-    /// window itself is still queued).
+    /// window itself is still spooled).
     pub(crate) fn export_window(
         &self,
         end_ns: u64,
@@ -197,18 +188,18 @@ impl Delivery {
         requests: impl FnOnce() -> Vec<Request>,
     ) -> Result<(), ExportError> {
         if self.shared.shutdown.load(Ordering::Acquire) {
-            return Err(ExportError::AlreadyShutdown);
+            return self.submit_window(Vec::new());
         }
         if is_expired(end_ns, self.config.max_age) {
             expired.fetch_add(1, Ordering::Relaxed);
+            self.shared.counters.windows.fetch_add(1, Ordering::Relaxed);
+            self.shared.count_lost_window(Loss::Expired);
             return Err(ExportError::InternalFailure(format!(
                 "window dropped: it ended more than {:?} ago, outside {}'s ingestion window",
                 self.config.max_age, self.shared.target
             )));
         }
-        for r in requests() {
-            self.submit(r)?;
-        }
+        self.submit_window(requests())?;
         match self.take_failures() {
             None => Ok(()),
             Some(f) => Err(ExportError::InternalFailure(f)),
@@ -281,9 +272,11 @@ impl Delivery {
         }
     }
 
-    /// Stops accepting requests and gives the worker until `timeout` to send what waits.
-    /// What is left stays in a disk spool for the next start, or is counted in
-    /// [`DeliveryStats::dropped_at_shutdown`] for a memory spool.
+    /// Stops accepting requests and gives the worker until `timeout` for a last attempt at
+    /// what waits (each attempt cut to the time left). Returns within `timeout`. What is
+    /// left stays in a disk spool for the next start, or is lost from a memory spool and
+    /// counted in [`DeliveryStats::dropped_at_shutdown`], also when an attempt that started
+    /// before the shutdown is still in flight at the deadline (then `Timeout` is returned).
     pub fn shutdown_with_timeout(&self, timeout: Duration) -> Result<(), ExportError> {
         if self.shared.shutdown.swap(true, Ordering::AcqRel) {
             return Err(ExportError::AlreadyShutdown);
@@ -298,6 +291,16 @@ impl Delivery {
         while !p.worker_done {
             let now = Instant::now();
             if now >= until {
+                drop(p);
+                // The worker is stuck in an attempt: what a memory spool holds is lost now
+                // (the worker finds nothing to remove when its attempt ends).
+                let mut st = self.shared.state();
+                let left = st.spool.drain_memory();
+                self.shared.lose(&mut st, &left, Loss::Shutdown);
+                self.shared.counters.publish(&st.spool);
+                drop(st);
+                self.shared.flush_warnings();
+                self.report_undelivered();
                 return Err(ExportError::Timeout(timeout));
             }
             p = self
@@ -316,7 +319,54 @@ impl Delivery {
         if let Some(h) = handle {
             let _ = h.join();
         }
+        self.report_undelivered();
         Ok(())
+    }
+
+    /// At shutdown, one warning if windows were not delivered: how many, and where they are
+    /// (the spool directory, for the next start or `span-profile push`) or that they are lost.
+    fn report_undelivered(&self) {
+        let s = self.stats();
+        let waiting = s.windows_waiting();
+        let lost = s.windows_dropped_spool_full
+            + s.windows_dropped_expired
+            + s.windows_rejected
+            + s.windows_dropped_at_shutdown;
+        if waiting == 0 && lost == 0 {
+            return;
+        }
+        let mut parts = Vec::new();
+        if waiting > 0 {
+            parts.push(match &self.config.spool_dir {
+                Some(dir) => format!(
+                    "{waiting} wait in the spool {} for the next start (or `span-profile push`)",
+                    dir.display()
+                ),
+                None => format!("{waiting} wait in memory and are lost when the process exits"),
+            });
+        }
+        if lost > 0 {
+            parts.push(format!(
+                "{lost} were lost ({} spool full, {} too old, {} rejected, {} at shutdown{})",
+                s.windows_dropped_spool_full,
+                s.windows_dropped_expired,
+                s.windows_rejected,
+                s.windows_dropped_at_shutdown,
+                if self.config.spool_dir.is_none() {
+                    "; set SPAN_PROFILE_SPOOL_DIR to keep undelivered windows on disk"
+                } else {
+                    ""
+                }
+            ));
+        }
+        log::warn!(
+            target: "span_profile::export",
+            "{} of {} window(s) were not delivered to {}: {}",
+            waiting + lost,
+            s.windows,
+            self.shared.target,
+            parts.join("; ")
+        );
     }
 
     /// The configuration in use.
@@ -369,6 +419,7 @@ mod tests {
             (3, 3, 1, 0),
             "{s:?}"
         );
+        assert_eq!((s.windows, s.windows_delivered), (3, 3));
         assert!(
             d.take_failures().is_none(),
             "a retry that succeeded is no failure"
@@ -397,6 +448,11 @@ mod tests {
         );
         // The worker tries once more before it stops; the request is lost with the memory spool.
         d.shutdown_with_timeout(Duration::from_secs(2)).unwrap();
-        assert_eq!(d.stats().dropped_at_shutdown, 1);
+        let s = d.stats();
+        assert_eq!(
+            (s.dropped_at_shutdown, s.windows_dropped_at_shutdown),
+            (1, 1)
+        );
+        assert_eq!(s.windows_waiting(), 0);
     }
 }

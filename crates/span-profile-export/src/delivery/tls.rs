@@ -77,11 +77,14 @@ impl UreqTransport {
 }
 
 impl Transport for UreqTransport {
-    fn send(&mut self, r: &Request) -> Result<Response, TransportError> {
+    fn send(&mut self, r: &Request, timeout: Duration) -> Result<Response, TransportError> {
         let url = format!("{}{}", self.base_url, r.path);
         let mut req = self
             .agent
             .post(&url)
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
             .header("Content-Type", &r.content_type);
         if let Some(enc) = &r.content_encoding {
             req = req.header("Content-Encoding", enc);

@@ -1,9 +1,12 @@
-//! The delivery thread. It moves submitted requests from the hand-off queue into the spool,
-//! sends the spool oldest-first, one request at a time, through a [`Transport`], retries
-//! failures with a jittered exponential backoff, drops what is refused or too old, and keeps
-//! the counters and the progress that the [`Delivery`](super::Delivery) handle reads and
-//! `flush` waits on. It knows nothing of HTTP clients or TLS: the transport does.
+//! The delivery thread. It sends the spool oldest-first, one request at a time, through a
+//! [`Transport`], retries failures with a jittered exponential backoff, drops what is refused
+//! or too old, and keeps the counters and the progress that the
+//! [`Delivery`](super::Delivery) handle reads and `flush` waits on. Requests reach the spool
+//! in `submit`, on the caller's thread, before any attempt can block (ADR 0027); the worker
+//! holds the spool's lock only to read its head and to remove it, never while sending. It
+//! knows nothing of HTTP clients or TLS: the transport does.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -12,7 +15,7 @@ use crossbeam_channel::Receiver;
 use span_profile_core::internal::{now_unix_ns, XorShift};
 
 use super::config::DeliveryConfig;
-use super::spool::{Request, Spool};
+use super::spool::{Entry, Part, Request, Spool};
 
 /// What a backend makes of a 2xx response body (OTLP's partial success).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,7 +34,7 @@ span_profile_core::counters! {
     /// reads. Every access is `Relaxed`: each counter stands alone, and nothing is published
     /// through them.
     pub(super) struct Counters(pub(super)) {
-        /// Requests handed to [`Delivery::submit`].
+        /// Requests handed to the delivery (one or more per window).
         submitted,
         /// Requests the server accepted (2xx).
         sent,
@@ -46,8 +49,6 @@ span_profile_core::counters! {
         /// Requests accepted whole but with a message from the server (OTLP's partial success
         /// with nothing rejected: a warning); the last one is [`Delivery::last_warning`].
         warnings,
-        /// Requests dropped because the hand-off queue was full (oldest first).
-        dropped_queue_full,
         /// Requests dropped because the spool was over its bound (oldest first).
         dropped_spool_full,
         /// Requests dropped because their window was older than `max_age`.
@@ -60,10 +61,38 @@ span_profile_core::counters! {
         spooled,
         /// Bytes waiting in the spool now.
         spooled_bytes,
+        /// Requests an earlier process left in the spool directory that this one sent.
+        recovered,
+        /// Windows handed to the delivery (by an exporter's `export`).
+        windows,
+        /// Windows whose every request the server accepted.
+        windows_delivered,
+        /// Windows lost because the spool was over its bound or could not be written or read.
+        windows_dropped_spool_full,
+        /// Windows lost because they were older than `max_age`.
+        windows_dropped_expired,
+        /// Windows lost because the server refused one of their requests (4xx, a bad URL).
+        windows_rejected,
+        /// Windows lost at shutdown (in a memory spool, or refused after shutdown).
+        windows_dropped_at_shutdown,
     }
-    /// Counters over a delivery's life. Every drop and failure has one.
+    /// Counters over a delivery's life. Every drop and failure has one. The `windows*`
+    /// counters count this process's windows; requests are what is sent.
     #[non_exhaustive]
     pub struct DeliveryStats
+}
+
+impl DeliveryStats {
+    /// Windows handed over and neither delivered nor lost yet: in the spool (memory or disk).
+    pub fn windows_waiting(&self) -> u64 {
+        self.windows.saturating_sub(
+            self.windows_delivered
+                + self.windows_dropped_spool_full
+                + self.windows_dropped_expired
+                + self.windows_rejected
+                + self.windows_dropped_at_shutdown,
+        )
+    }
 }
 
 impl Counters {
@@ -72,6 +101,30 @@ impl Counters {
         self.spooled.store(spool.len() as u64, Ordering::Relaxed);
         self.spooled_bytes.store(spool.bytes(), Ordering::Relaxed);
     }
+}
+
+/// Why a spool entry left without being sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Loss {
+    /// Over the spool's bound, or its file could not be written or read.
+    SpoolFull,
+    /// Older than `max_age`.
+    Expired,
+    /// Refused by the server.
+    Rejected,
+    /// Left in a memory spool at shutdown.
+    Shutdown,
+}
+
+/// The spool and the window book, behind one lock.
+#[derive(Debug)]
+pub(super) struct State {
+    pub(super) spool: Spool,
+    /// This process's windows that lost a request while later requests of theirs still wait
+    /// (each window is counted once, by its first loss).
+    lost: HashSet<u64>,
+    /// The next window number.
+    pub(super) next_window: u64,
 }
 
 /// Worker state that `force_flush` waits on.
@@ -86,12 +139,19 @@ pub(super) struct Progress {
     /// Failures not yet reported through `take_failures`.
     pub(super) unreported: Vec<String>,
     pub(super) worker_done: bool,
+    /// Failures since the last warning was logged, and when it was.
+    unlogged: u64,
+    logged_at: Option<Instant>,
 }
+
+/// At most one summary warning a minute after the first failure (issue 28).
+const LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// What the [`Delivery`](super::Delivery) handle and its worker share.
 #[derive(Debug)]
 pub(super) struct Shared {
     pub(super) counters: Counters,
+    pub(super) state: Mutex<State>,
     pub(super) progress: Mutex<Progress>,
     /// Notified whenever `progress` changes.
     pub(super) changed: Condvar,
@@ -104,10 +164,18 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// The state of a delivery named `target` whose spool holds `pending` requests.
-    pub(super) fn new(target: &'static str, pending: u64) -> Self {
+    /// The state of a delivery named `target` over `spool`.
+    pub(super) fn new(target: &'static str, spool: Spool) -> Self {
+        let counters = Counters::default();
+        counters.publish(&spool);
+        let pending = spool.len() as u64;
         Self {
-            counters: Counters::default(),
+            counters,
+            state: Mutex::new(State {
+                spool,
+                lost: HashSet::new(),
+                next_window: 0,
+            }),
             progress: Mutex::new(Progress {
                 pending,
                 ..Progress::default()
@@ -124,31 +192,206 @@ impl Shared {
         self.progress.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    pub(super) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// `n` requests were sent or dropped.
     pub(super) fn settle(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
         let mut p = self.progress();
         p.pending = p.pending.saturating_sub(n);
         drop(p);
         self.changed.notify_all();
     }
 
-    fn fail(&self, message: String) {
+    /// Spools the requests of one window (on disk before any attempt to send can block),
+    /// keeping the spool's bounds; books what the bounds or a failed write cost. Returns how
+    /// many requests were spooled.
+    pub(super) fn submit_window(&self, requests: Vec<Request>, config: &DeliveryConfig) -> usize {
+        let c = &self.counters;
+        c.windows.fetch_add(1, Ordering::Relaxed);
+        let mut st = self.state();
+        let window = st.next_window;
+        st.next_window += 1;
+        if requests.is_empty() {
+            // Nothing to send is nothing to lose.
+            c.windows_delivered.fetch_add(1, Ordering::Relaxed);
+            return 0;
+        }
+        let n = requests.len();
+        c.submitted.fetch_add(n as u64, Ordering::Relaxed);
+        self.progress().pending += n as u64;
+        let mut spooled = 0;
+        let mut failures = Vec::new();
+        for (i, r) in requests.into_iter().enumerate() {
+            let part = Part {
+                window,
+                last: i + 1 == n,
+            };
+            match st.spool.push(r, part, config) {
+                Ok(dropped) => {
+                    spooled += 1;
+                    if !dropped.is_empty() {
+                        self.lose(&mut st, &dropped, Loss::SpoolFull);
+                        failures.push(format!(
+                            "the spool for {} is full; dropped {} oldest request(s) (raise SPAN_PROFILE_SPOOL_MAX_BYTES/_ENTRIES or check the server)",
+                            self.target,
+                            dropped.len()
+                        ));
+                    }
+                }
+                Err(e) => {
+                    c.spool_errors.fetch_add(1, Ordering::Relaxed);
+                    self.lose(
+                        &mut st,
+                        &[Entry {
+                            id: u64::MAX,
+                            part: Some(part),
+                        }],
+                        Loss::SpoolFull,
+                    );
+                    failures.push(format!(
+                        "cannot write to the spool for {}: {e}; request dropped (check the spool directory's space and permissions)",
+                        self.target
+                    ));
+                }
+            }
+        }
+        c.publish(&st.spool);
+        drop(st);
+        for f in failures {
+            self.fail(f);
+        }
+        spooled
+    }
+
+    /// Books `entries` as lost for `loss`: the request counters, and each window of this
+    /// process once. Settles them.
+    pub(super) fn lose(&self, state: &mut State, entries: &[Entry], loss: Loss) {
+        let c = &self.counters;
+        for e in entries {
+            let requests = match loss {
+                Loss::SpoolFull => &c.dropped_spool_full,
+                Loss::Expired => &c.dropped_expired,
+                Loss::Rejected => &c.rejected,
+                Loss::Shutdown => &c.dropped_at_shutdown,
+            };
+            requests.fetch_add(1, Ordering::Relaxed);
+            let Some(part) = e.part else { continue };
+            if state.lost.insert(part.window) {
+                self.count_lost_window(loss);
+            }
+            if part.last {
+                state.lost.remove(&part.window);
+            }
+        }
+        // Published before the settle, which a flush may be waiting on.
+        c.publish(&state.spool);
+        self.settle(entries.len() as u64);
+    }
+
+    /// Counts one window of this process lost for `loss`.
+    pub(super) fn count_lost_window(&self, loss: Loss) {
+        let c = &self.counters;
+        let windows = match loss {
+            Loss::SpoolFull => &c.windows_dropped_spool_full,
+            Loss::Expired => &c.windows_dropped_expired,
+            Loss::Rejected => &c.windows_rejected,
+            Loss::Shutdown => &c.windows_dropped_at_shutdown,
+        };
+        windows.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Books `entry` as sent.
+    fn delivered(&self, state: &mut State, entry: Entry) {
+        let c = &self.counters;
+        c.sent.fetch_add(1, Ordering::Relaxed);
+        match entry.part {
+            None => {
+                c.recovered.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(part) if part.last => {
+                if !state.lost.remove(&part.window) {
+                    c.windows_delivered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Some(_) => {}
+        }
+        c.publish(&state.spool);
+        self.settle(1);
+    }
+
+    /// A failure that loses data: kept for `take_failures` and logged.
+    pub(super) fn fail(&self, message: String) {
         let mut p = self.progress();
         if p.unreported.len() < 8 {
             p.unreported.push(message.clone());
         }
-        p.last_error = Some(message);
+        drop(p);
+        self.warn(message);
+    }
+
+    /// Logs `message` as a warning: the first at once, then at most one summary a minute.
+    pub(super) fn warn(&self, message: String) {
+        let mut p = self.progress();
+        p.last_error = Some(message.clone());
+        let now = Instant::now();
+        let due = p
+            .logged_at
+            .is_none_or(|at| now.duration_since(at) >= LOG_EVERY);
+        if !due {
+            p.unlogged += 1;
+            return;
+        }
+        let more = std::mem::take(&mut p.unlogged);
+        let first = p.logged_at.is_none();
+        p.logged_at = Some(now);
+        drop(p);
+        let s = self.counters.snapshot();
+        if first {
+            log::warn!(target: "span_profile::export", "{message}");
+        } else {
+            log::warn!(
+                target: "span_profile::export",
+                "{} more delivery problem(s) for {} in the last minute; the latest: {message}; windows so far: {} delivered, {} waiting, {} dropped",
+                more + 1,
+                self.target,
+                s.windows_delivered,
+                s.windows_waiting(),
+                s.windows_dropped_spool_full + s.windows_dropped_expired + s.windows_rejected + s.windows_dropped_at_shutdown,
+            );
+        }
+    }
+
+    /// Logs the failures not logged yet (at shutdown).
+    pub(super) fn flush_warnings(&self) {
+        let mut p = self.progress();
+        let more = std::mem::take(&mut p.unlogged);
+        let last = p.last_error.clone();
+        drop(p);
+        if more > 0 {
+            log::warn!(
+                target: "span_profile::export",
+                "{more} more delivery problem(s) for {}; the latest: {}",
+                self.target,
+                last.as_deref().unwrap_or("unknown")
+            );
+        }
     }
 }
 
 /// What sends one request: [`UreqTransport`](super::tls::UreqTransport) in production, a
 /// scripted fake in the tests.
 ///
-/// `send` may block, for at most the timeouts it was built with; the worker calls it from its
-/// own thread, one request at a time. It adds the headers common to every request.
+/// `send` may block, for at most `timeout`; the worker calls it from its own thread, one
+/// request at a time. It adds the headers common to every request.
 pub(super) trait Transport: Send + 'static {
-    /// Sends `request` once. Any status is an answer; an error means no answer came.
-    fn send(&mut self, request: &Request) -> Result<Response, TransportError>;
+    /// Sends `request` once, giving up after `timeout`. Any status is an answer; an error
+    /// means no answer came.
+    fn send(&mut self, request: &Request, timeout: Duration) -> Result<Response, TransportError>;
 }
 
 /// A server's answer to one request.
@@ -184,14 +427,11 @@ enum Attempt {
     Refused(String),
 }
 
-/// The delivery thread's state: it alone touches the spool and the transport.
+/// The delivery thread's state: it alone touches the transport.
 pub(super) struct Worker {
     shared: Arc<Shared>,
-    /// The hand-off queue that `submit` fills.
-    rx: Receiver<Request>,
-    /// Wake-ups from `flush` and shutdown.
+    /// Wake-ups from `submit`, `flush` and shutdown.
     wake: Receiver<()>,
-    spool: Spool,
     transport: Box<dyn Transport>,
     config: DeliveryConfig,
     check: Option<ResponseCheck>,
@@ -201,21 +441,18 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// A worker over `spool` that sends through `transport` and reads 2xx bodies with `check`.
+    /// A worker that sends the shared spool through `transport` and reads 2xx bodies with
+    /// `check`.
     pub(super) fn new(
         shared: Arc<Shared>,
-        rx: Receiver<Request>,
         wake: Receiver<()>,
-        spool: Spool,
         transport: Box<dyn Transport>,
         config: DeliveryConfig,
         check: Option<ResponseCheck>,
     ) -> Self {
         Self {
             shared,
-            rx,
             wake,
-            spool,
             transport,
             config,
             check,
@@ -224,127 +461,112 @@ impl Worker {
         }
     }
 
-    /// The thread's body: until shutdown, take what `submit` queued, send the spool's head
-    /// when no backoff is pending, and sleep otherwise; then [`Worker::finish`].
+    /// The thread's body: until shutdown, send the spool's head when no backoff is pending,
+    /// and sleep otherwise; then [`Worker::finish`].
     pub(super) fn run(mut self) {
         let mut next_attempt = Instant::now();
         loop {
-            self.drain_queue();
-            let shutting_down = self.shared.shutdown.load(Ordering::Acquire);
-            if shutting_down {
+            if self.shared.shutdown.load(Ordering::Acquire) {
                 self.finish();
                 return;
             }
-            let now = Instant::now();
-            if self.spool.is_empty() {
+            if self.shared.state().spool.is_empty() {
                 self.wait(None);
                 continue;
             }
-            if now < next_attempt {
+            if Instant::now() < next_attempt {
                 self.wait(Some(next_attempt));
                 continue;
             }
-            match self.send_head() {
-                None => {}
-                Some(delay) => next_attempt = Instant::now() + delay,
+            if let Some(delay) = self.send_head(self.config.timeout) {
+                next_attempt = Instant::now() + delay;
             }
         }
     }
 
-    /// Blocks until a request arrives, a wake-up, or `until`.
+    /// Blocks until a wake-up or `until`.
     fn wait(&mut self, until: Option<Instant>) {
         let deadline = until.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-        crossbeam_channel::select! {
-            recv(self.rx) -> r => {
-                if let Ok(r) = r {
-                    self.push(r);
-                }
-            }
-            recv(self.wake) -> _ => {}
-            default(deadline.saturating_duration_since(Instant::now())) => {}
-        }
+        let _ = self
+            .wake
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
     }
 
-    fn drain_queue(&mut self) {
-        while let Ok(r) = self.rx.try_recv() {
-            self.push(r);
-        }
-    }
-
-    fn push(&mut self, r: Request) {
-        let c = &self.shared.counters;
-        match self.spool.push(r, &self.config) {
-            Ok(dropped) => {
-                if dropped > 0 {
-                    c.dropped_spool_full.fetch_add(dropped, Ordering::Relaxed);
-                    self.shared.settle(dropped);
-                    self.shared.fail(format!(
-                        "the spool for {} is full; dropped {dropped} oldest request(s) (raise the spool bound or check the server)",
-                        self.shared.target
-                    ));
-                }
+    /// Sends the oldest entry, giving up after `timeout`. Returns the delay before the next
+    /// attempt after a retryable failure.
+    fn send_head(&mut self, timeout: Duration) -> Option<Duration> {
+        let shared = self.shared.clone();
+        let (entry, request) = {
+            let mut st = shared.state();
+            let (head, bad) = st.spool.front();
+            if !bad.is_empty() {
+                shared
+                    .counters
+                    .spool_errors
+                    .fetch_add(bad.len() as u64, Ordering::Relaxed);
+                shared.lose(&mut st, &bad, Loss::SpoolFull);
+                shared.counters.publish(&st.spool);
             }
-            Err(e) => {
-                c.spool_errors.fetch_add(1, Ordering::Relaxed);
-                self.shared.settle(1);
-                self.shared
-                    .fail(format!("cannot write to the spool: {e}; request dropped"));
-            }
-        }
-        c.publish(&self.spool);
-    }
-
-    /// Sends the oldest entry. Returns the delay before the next attempt after a retryable
-    /// failure.
-    fn send_head(&mut self) -> Option<Duration> {
-        let c = &self.shared.counters;
-        let (request, spool_error) = self.spool.front();
-        c.spool_errors.fetch_add(spool_error, Ordering::Relaxed);
-        self.shared.settle(spool_error);
-        let request = request?;
+            head?
+        };
         if is_expired(request.window_end_unix_ns, self.config.max_age) {
-            c.dropped_expired.fetch_add(1, Ordering::Relaxed);
-            self.shared.fail(format!(
+            shared.fail(format!(
                 "dropped a request for {} whose window is older than {:?} (the server's ingestion window)",
-                self.shared.target, self.config.max_age
+                shared.target, self.config.max_age
             ));
-            self.pop();
+            let mut st = shared.state();
+            if let Some(e) = st.spool.pop_if(entry.id) {
+                shared.lose(&mut st, &[e], Loss::Expired);
+            }
+            shared.counters.publish(&st.spool);
+            drop(st);
+            self.end_backoff();
             return None;
         }
         // The backoff is over: an attempt is in flight, which a flush waits for.
-        let was_backing_off = std::mem::replace(&mut self.shared.progress().backing_off, false);
-        if was_backing_off {
-            self.shared.changed.notify_all();
-        }
-        let answer = self.transport.send(&request);
-        match attempt_outcome(self.shared.target, self.check, answer) {
+        self.end_backoff();
+        let answer = self.transport.send(&request, timeout);
+        let c = &shared.counters;
+        match attempt_outcome(shared.target, self.check, answer) {
             Attempt::Sent(outcome) => {
-                c.sent.fetch_add(1, Ordering::Relaxed);
+                // What the server said is recorded before the entry settles: a flush that
+                // returns then sees it.
                 if outcome.rejected_items > 0 {
                     c.rejected_items
                         .fetch_add(outcome.rejected_items, Ordering::Relaxed);
-                    self.shared.fail(format!(
+                    shared.fail(format!(
                         "{} rejected {} item(s) of an accepted request: {}",
-                        self.shared.target,
+                        shared.target,
                         outcome.rejected_items,
                         outcome.message.as_deref().unwrap_or("no message")
                     ));
                 } else if let Some(message) = outcome.message {
                     c.warnings.fetch_add(1, Ordering::Relaxed);
-                    self.shared.progress().last_warning = Some(format!(
+                    shared.progress().last_warning = Some(format!(
                         "{} accepted a request with a warning: {message}",
-                        self.shared.target
+                        shared.target
                     ));
                 }
+                {
+                    let mut st = shared.state();
+                    if let Some(e) = st.spool.pop_if(entry.id) {
+                        shared.delivered(&mut st, e);
+                    }
+                    c.publish(&st.spool);
+                }
                 self.attempt = 0;
-                self.pop();
                 None
             }
             Attempt::Refused(message) => {
-                c.rejected.fetch_add(1, Ordering::Relaxed);
-                self.shared.fail(message);
+                shared.fail(message);
+                {
+                    let mut st = shared.state();
+                    if let Some(e) = st.spool.pop_if(entry.id) {
+                        shared.lose(&mut st, &[e], Loss::Rejected);
+                    }
+                    c.publish(&st.spool);
+                }
                 self.attempt = 0;
-                self.pop();
                 None
             }
             Attempt::Retry {
@@ -352,6 +574,8 @@ impl Worker {
                 retry_after,
                 timeout,
             } => {
+                // The message first: whoever sees the retry counted finds what went wrong.
+                shared.warn(message);
                 c.retries.fetch_add(1, Ordering::Relaxed);
                 if timeout {
                     c.timeouts.fetch_add(1, Ordering::Relaxed);
@@ -367,47 +591,45 @@ impl Worker {
                     Some(r) => delay.max(r.min(self.config.max_backoff)),
                     None => delay,
                 };
-                {
-                    let mut p = self.shared.progress();
-                    p.backing_off = true;
-                    p.last_error = Some(message);
-                }
-                self.shared.changed.notify_all();
+                shared.progress().backing_off = true;
+                shared.changed.notify_all();
                 Some(delay)
             }
         }
     }
 
-    fn pop(&mut self) {
-        self.spool.pop();
-        self.shared.counters.publish(&self.spool);
-        {
-            let mut p = self.shared.progress();
-            p.backing_off = false;
-            p.pending = p.pending.saturating_sub(1);
+    fn end_backoff(&self) {
+        let was = std::mem::replace(&mut self.shared.progress().backing_off, false);
+        if was {
+            self.shared.changed.notify_all();
         }
-        self.shared.changed.notify_all();
     }
 
-    /// At shutdown: send what waits until the deadline or the first failure, then account
-    /// for what is left.
+    /// At shutdown: send what waits until the deadline or the first failure, each attempt
+    /// cut to the time left, then account for what is left: a memory spool's entries are
+    /// lost, a disk spool's wait for the next start.
     fn finish(mut self) {
-        self.drain_queue();
         let deadline = self.shared.epoch
             + Duration::from_nanos(self.shared.deadline_ns.load(Ordering::Acquire));
-        while !self.spool.is_empty() && Instant::now() < deadline {
-            if self.send_head().is_some() {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.shared.state().spool.is_empty() {
+                break;
+            }
+            if self.send_head(left.min(self.config.timeout)).is_some() {
                 break;
             }
         }
-        let left = self.spool.len() as u64;
-        if left > 0 && self.spool.in_memory() {
-            self.shared
-                .counters
-                .dropped_at_shutdown
-                .fetch_add(left, Ordering::Relaxed);
+        {
+            let mut st = self.shared.state();
+            let left = st.spool.drain_memory();
+            self.shared.lose(&mut st, &left, Loss::Shutdown);
+            // `spooled` keeps saying what waits on disk; the folders are let go, so a new
+            // delivery over the directory (in this process or another) sends them.
+            self.shared.counters.publish(&st.spool);
+            st.spool.release();
         }
-        self.shared.counters.publish(&self.spool);
+        self.shared.flush_warnings();
         self.shared.progress().worker_done = true;
         self.shared.changed.notify_all();
     }
@@ -525,7 +747,7 @@ pub(super) mod tests {
     }
 
     impl Transport for Scripted {
-        fn send(&mut self, request: &Request) -> Answer {
+        fn send(&mut self, request: &Request, _timeout: Duration) -> Answer {
             self.sent.lock().unwrap().push(request.path.clone());
             self.answers.pop_front().unwrap_or_else(|| status(200, ""))
         }
@@ -539,28 +761,17 @@ pub(super) mod tests {
         })
     }
 
-    /// A worker with an in-memory spool, `pending` requests counted as submitted, and the
-    /// paths its transport is sent.
+    /// A worker with an in-memory spool, and the paths its transport is sent.
     fn worker(
         config: DeliveryConfig,
-        pending: u64,
         answers: Vec<Answer>,
     ) -> (Worker, Arc<Shared>, Arc<Mutex<Vec<String>>>) {
-        let shared = Arc::new(Shared::new("the test server", pending));
-        let (transport, sent) = Scripted::new(answers);
-        // The senders are dropped: the tests hand requests to `push` directly.
-        let (_, rx) = crossbeam_channel::bounded(1);
-        let (_, wake) = crossbeam_channel::bounded(1);
         let spool = Spool::open(&config).unwrap();
-        let w = Worker::new(
-            shared.clone(),
-            rx,
-            wake,
-            spool,
-            Box::new(transport),
-            config,
-            None,
-        );
+        let shared = Arc::new(Shared::new("the test server", spool));
+        let (transport, sent) = Scripted::new(answers);
+        // The sender is dropped: the tests call the worker's steps directly.
+        let (_, wake) = crossbeam_channel::bounded(1);
+        let w = Worker::new(shared.clone(), wake, Box::new(transport), config, None);
         (w, shared, sent)
     }
 
@@ -584,30 +795,36 @@ pub(super) mod tests {
             status(400, "invalid labels:\nbad name"),
             status(200, ""),
         ];
-        let (mut w, shared, sent) = worker(config, 3, answers);
+        let (mut w, shared, sent) = worker(config.clone(), answers);
         for n in 1..=3 {
-            w.push(req(n));
+            shared.submit_window(vec![req(n)], &config);
         }
+        let t = config.timeout;
         // The 503's Retry-After is longer than the first backoff (50-100 ms): it wins.
-        assert_eq!(w.send_head(), Some(Duration::from_secs(7)));
+        assert_eq!(w.send_head(t), Some(Duration::from_secs(7)));
         assert!(shared.progress().backing_off);
         // The second failure backs off 100-200 ms.
-        let d = w.send_head().unwrap();
+        let d = w.send_head(t).unwrap();
         assert!(
             d >= Duration::from_millis(100) && d <= Duration::from_millis(200),
             "{d:?}"
         );
         for _ in 0..3 {
-            assert_eq!(w.send_head(), None);
+            assert_eq!(w.send_head(t), None);
         }
         assert_eq!(paths(&sent), ["/p/1", "/p/1", "/p/1", "/p/2", "/p/3"]);
-        let c = &shared.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let s = shared.counters.snapshot();
+        assert_eq!((s.retries, s.timeouts, s.sent, s.rejected), (2, 1, 2, 1));
         assert_eq!(
-            (l(&c.retries), l(&c.timeouts), l(&c.sent), l(&c.rejected)),
-            (2, 1, 2, 1)
+            (
+                s.windows,
+                s.windows_delivered,
+                s.windows_rejected,
+                s.windows_waiting()
+            ),
+            (3, 2, 1, 0)
         );
-        assert_eq!((l(&c.spooled), l(&c.spooled_bytes)), (0, 0));
+        assert_eq!((s.spooled, s.spooled_bytes), (0, 0));
         let p = shared.progress();
         assert_eq!((p.pending, p.backing_off), (0, false));
         assert_eq!(p.unreported.len(), 1, "{:?}", p.unreported);
@@ -619,43 +836,89 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_window_of_several_requests_is_delivered_once_and_lost_once() {
+        let config = DeliveryConfig::default();
+        // Window 0: both parts accepted. Window 1: its first part refused, its second sent.
+        let answers = vec![
+            status(200, ""),
+            status(200, ""),
+            status(400, "no"),
+            status(200, ""),
+        ];
+        let (mut w, shared, _) = worker(config.clone(), answers);
+        shared.submit_window(vec![req(1), req(2)], &config);
+        shared.submit_window(vec![req(3), req(4)], &config);
+        let s = shared.counters.snapshot();
+        assert_eq!((s.windows, s.windows_waiting(), s.submitted), (2, 2, 4));
+        w.send_head(config.timeout);
+        assert_eq!(
+            shared.counters.snapshot().windows_delivered,
+            0,
+            "half a window"
+        );
+        for _ in 0..3 {
+            w.send_head(config.timeout);
+        }
+        let s = shared.counters.snapshot();
+        assert_eq!(
+            (s.windows_delivered, s.windows_rejected, s.windows_waiting()),
+            (1, 1, 0),
+            "{s:?}"
+        );
+        assert_eq!((s.sent, s.rejected), (3, 1));
+    }
+
+    #[test]
     fn a_full_spool_drops_the_oldest_and_an_expired_request_is_not_sent() {
         let config = DeliveryConfig::default().with_spool_max_entries(2);
-        let (mut w, shared, sent) = worker(config, 5, Vec::new());
+        let (mut w, shared, sent) = worker(config.clone(), Vec::new());
         for n in 1..=4 {
-            w.push(req(n));
+            shared.submit_window(vec![req(n)], &config);
         }
         let mut old = req(5);
         old.window_end_unix_ns = 0;
-        w.push(old);
+        shared.submit_window(vec![old], &config);
         let c = &shared.counters;
         assert_eq!(c.dropped_spool_full.load(Ordering::Relaxed), 3);
         assert_eq!(c.spooled.load(Ordering::Relaxed), 2);
-        while !w.spool.is_empty() {
-            assert_eq!(w.send_head(), None);
+        while !shared.state().spool.is_empty() {
+            assert_eq!(w.send_head(config.timeout), None);
         }
         assert_eq!(
             paths(&sent),
             ["/p/4"],
             "the newest in time, the expired one never"
         );
-        assert_eq!(c.dropped_expired.load(Ordering::Relaxed), 1);
-        assert_eq!(c.sent.load(Ordering::Relaxed), 1);
+        let s = c.snapshot();
+        assert_eq!((s.dropped_expired, s.sent), (1, 1));
+        assert_eq!(
+            (
+                s.windows,
+                s.windows_delivered,
+                s.windows_dropped_spool_full,
+                s.windows_dropped_expired
+            ),
+            (5, 1, 3, 1)
+        );
         assert_eq!(shared.progress().pending, 0);
     }
 
     #[test]
     fn what_a_memory_spool_holds_past_the_deadline_is_dropped_at_shutdown() {
-        let (mut w, shared, sent) = worker(DeliveryConfig::default(), 2, Vec::new());
-        w.push(req(1));
-        w.push(req(2));
+        let config = DeliveryConfig::default();
+        let (w, shared, sent) = worker(config.clone(), Vec::new());
+        shared.submit_window(vec![req(1)], &config);
+        shared.submit_window(vec![req(2)], &config);
         shared.deadline_ns.store(0, Ordering::Release);
         shared.shutdown.store(true, Ordering::Release);
         w.run();
         assert!(paths(&sent).is_empty());
-        let c = &shared.counters;
-        assert_eq!(c.dropped_at_shutdown.load(Ordering::Relaxed), 2);
-        assert_eq!(c.spooled.load(Ordering::Relaxed), 2);
+        let s = shared.counters.snapshot();
+        assert_eq!(
+            (s.dropped_at_shutdown, s.windows_dropped_at_shutdown),
+            (2, 2)
+        );
+        assert_eq!((s.spooled, s.windows_waiting()), (0, 0));
         assert!(shared.progress().worker_done);
     }
 

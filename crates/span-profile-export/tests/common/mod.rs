@@ -165,3 +165,43 @@ pub fn first_profile_start(r: &server::Captured) -> i64 {
         .expect("a pprof profile")
         .time_nanos
 }
+
+/// Every combination of these routes, services, versions and `(since, until)` ranges as a
+/// window filter: what the summary specs ask of every window.
+pub fn window_filters(
+    routes: &[Option<&str>],
+    services: &[Option<&str>],
+    versions: &[Option<&str>],
+    times: &[(Option<u64>, Option<u64>)],
+) -> Vec<span_profile_export::store::query::Filter> {
+    let mut out = Vec::new();
+    for route in routes {
+        for service in services {
+            for version in versions {
+                for &(since, until) in times {
+                    let mut f =
+                        span_profile_export::store::query::Filter::default().between(since, until);
+                    f.route = route.map(str::to_string);
+                    f.service = service.map(str::to_string);
+                    f.version = version.map(str::to_string);
+                    out.push(f);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A resource of service `checkout` or `cart`, with no version, version `1` or version `2`:
+/// what the summary specs' generated windows run as.
+pub fn random_resource(rng: &mut span_profile_test::XorShift) -> Resource {
+    Resource {
+        service: rng.pick(&["checkout", "cart"]).to_string(),
+        version: match rng.below(3) {
+            0 => None,
+            1 => Some("1".into()),
+            _ => Some("2".into()),
+        },
+        ..Resource::default()
+    }
+}
