@@ -28,7 +28,7 @@ use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
 use span_profile_core::{Profile, Resource, WindowMerger};
 use span_profile_export::store::query::Filter;
-use span_profile_export::store::{format_rfc3339, read_window, Store, StoredFile};
+use span_profile_export::store::{format_rfc3339, Store, StoredFile};
 use span_profile_export::{summary_path, FileStore, STALE_AFTER};
 
 use crate::args::{parse_duration, parse_time};
@@ -171,7 +171,7 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, json: bool) -> anyhow::Resu
                 .collect();
             let out =
                 serde_json::json!({ "dry_run": true, "roll_ups": planned, "would_delete": n });
-            outln!("{}", serde_json::to_string_pretty(&out)?);
+            crate::json_out(store, &out)?;
             return Ok(());
         }
         for ((service, t), files) in &rollups {
@@ -203,7 +203,7 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, json: bool) -> anyhow::Resu
                 let Some(((_, t), files)) = rollups.get(i) else {
                     break;
                 };
-                let r = roll_up(store.dir(), &work, i, *t, files);
+                let r = roll_up(store, &work, i, *t, files);
                 let mut tot = totals
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -241,19 +241,13 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, json: bool) -> anyhow::Resu
             "unreadable_left": totals.unreadable, "stale_files_removed": stale,
             "seconds": secs,
         });
-        outln!("{}", serde_json::to_string_pretty(&out)?);
+        crate::json_out(store, &out)?;
     } else {
         outln!(
             "compacted {} in {secs:.1} s: {} file(s), {} -> {} file(s), {}; {} window(s) rolled into {} hourly and {} daily; {} file(s) past the last horizon deleted",
             store.dir().display(), before.len(), mib(bytes_before), after.len(), mib(bytes_after),
             totals.rolled, totals.hourly, totals.daily, totals.deleted
         );
-        if totals.unreadable > 0 {
-            eprintln!(
-                "warning: {} unreadable file(s) were left in place",
-                totals.unreadable
-            );
-        }
         if stale > 0 {
             outln!("removed {stale} file(s) left by killed writers (.tmp-* files and summaries without a window)");
         }
@@ -288,7 +282,7 @@ struct RollUp {
 
 /// Merges one service's files of one bucket into one roll-up per resource.
 fn roll_up(
-    dir: &Path,
+    store: &Store,
     work: &Path,
     i: usize,
     t: Tier,
@@ -300,13 +294,12 @@ fn roll_up(
     let mut sources = Vec::new();
     let mut unreadable = 0;
     for f in files {
-        let p = match read_window(f) {
-            Ok(p) => p,
-            Err(_) => {
-                // Left in place: queries skip and report it; deleting it would lose evidence.
-                unreadable += 1;
-                continue;
-            }
+        // An unreadable file (zero bytes, cut short, not pprof, a gzip bomb) is left in place
+        // and never rolled up: the store keeps it to report, and deleting it would lose
+        // evidence.
+        let Some(p) = store.read_window(f) else {
+            unreadable += 1;
+            continue;
         };
         if files.len() == 1
             && p.start_unix_ns == bucket
@@ -358,7 +351,7 @@ fn roll_up(
             .strip_prefix(&stage_root)
             .context("staged file outside the staging store")?;
         let chosen: Vec<&Path> = journal.moves.iter().map(|(_, f)| f.as_path()).collect();
-        let target = free_path(&dir.join(rel), &chosen)?;
+        let target = free_path(&store.dir().join(rel), &chosen)?;
         journal.moves.push((staged, target));
     }
     let written = journal.moves.len();

@@ -90,7 +90,7 @@ pub(crate) fn run(store: &Store, args: &ExportArgs, json: bool) -> anyhow::Resul
             "windows": windows,
             "bytes": bytes.len(),
         });
-        outln!("{}", serde_json::to_string_pretty(&out)?);
+        crate::json_out(store, &out)?;
     } else {
         outln!(
             "wrote {} ({}; {what}: {samples} samples, {} stacks, from {windows} window(s))",

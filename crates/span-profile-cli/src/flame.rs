@@ -65,7 +65,7 @@ pub(crate) fn run(store: &Store, args: &FlameArgs, json: bool) -> anyhow::Result
                 "samples": stacks.total,
                 "stacks": lines.len(),
             });
-            outln!("{}", serde_json::to_string_pretty(&out)?);
+            crate::json_out(store, &out)?;
         } else {
             outln!(
                 "wrote {} ({what}: {} samples, {} stacks)",

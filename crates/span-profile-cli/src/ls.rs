@@ -27,7 +27,7 @@ pub(crate) fn run(store: &Store, args: &LsArgs, json: bool) -> anyhow::Result<()
         .into());
     }
     if json {
-        outln!("{}", serde_json::to_string_pretty(&inv)?);
+        crate::json_out(store, &inv)?;
         return Ok(());
     }
     let width = inv

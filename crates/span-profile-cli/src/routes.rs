@@ -91,7 +91,7 @@ pub(crate) fn run(store: &Store, args: &RoutesArgs, json: bool) -> anyhow::Resul
             cpu_samples: tally.total,
             routes: &routes,
         };
-        outln!("{}", serde_json::to_string_pretty(&out)?);
+        crate::json_out(store, &out)?;
         return Ok(());
     }
     outln!(

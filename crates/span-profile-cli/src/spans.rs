@@ -64,7 +64,7 @@ pub(crate) fn run(store: &Store, args: &SpansArgs, json: bool) -> anyhow::Result
         return Err(Empty("no ended spans match the selection".into()).into());
     }
     if json {
-        outln!("{}", serde_json::to_string_pretty(&list)?);
+        crate::json_out(store, &list)?;
         return Ok(());
     }
     outln!(

@@ -182,4 +182,13 @@ fn non_utf8_folders_and_windows_are_named_in_the_warning() {
     assert!(err.contains("skipped 2 unreadable file(s)"), "{err}");
     assert!(err.matches("name is not UTF-8").count() == 2, "{err}");
     assert!(!err.contains("notes-"), "{err}");
+
+    // --json names them too (JSON holds text: the bytes that are not UTF-8 show as U+FFFD).
+    let v = json(&run_ok(&["top", d, "--route", "/checkout", "--json"], 0));
+    let skipped = v["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 2, "{v}");
+    for (e, want) in skipped.iter().zip(["1-\u{fffd}-1.pb.gz", "svc-\u{fffd}"]) {
+        assert!(e["path"].as_str().unwrap().ends_with(want), "{e}");
+        assert!(e["error"].as_str().unwrap().contains("not UTF-8"), "{e}");
+    }
 }

@@ -1,7 +1,7 @@
 //! pprof → [`Profile`].
 
 use std::io::Read;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use flate2::read::GzDecoder;
 use prost::Message;
@@ -26,8 +26,9 @@ pub enum DecodeError {
     /// The data starts like gzip but does not decompress.
     #[error("the data starts with a gzip header but does not decompress ({0}); the file is probably truncated or corrupt")]
     Gzip(#[source] std::io::Error),
-    /// Decompressed, the data is larger than [`MAX_DECOMPRESSED_LEN`].
-    #[error("the profile decompresses to more than {limit} bytes; refusing to decode it (a span-profile window is far smaller: is this a pprof file?)")]
+    /// Decompressed, the data is larger than the memory a decode may take:
+    /// [`MAX_DECOMPRESSED_LEN`], which the store's readers share across their threads.
+    #[error("the profile decompresses to more than {limit} bytes, the memory a decode may take; refusing to decode it (a gzip bomb? a span-profile window is far smaller)")]
     TooLarge {
         /// The limit in bytes.
         limit: u64,
@@ -116,29 +117,235 @@ pub enum DecodeError {
 /// assert!(decode_pprof(b"\xff\xff\xff").is_err());
 /// ```
 pub fn decode_pprof(data: &[u8]) -> Result<Profile, DecodeError> {
+    let budget = DecodeBudget::new(MAX_DECOMPRESSED_LEN);
+    let mut lease = budget.lease(Access::Alone);
+    decode_leased(data, &mut lease)
+}
+
+/// [`decode_pprof`], decompressing into memory reserved from `lease`. A refusal is
+/// [`DecodeError::TooLarge`]; [`Lease::refused`] then says whether the data could fit in the
+/// whole budget, once the other leases are gone.
+pub(crate) fn decode_leased(data: &[u8], lease: &mut Lease<'_>) -> Result<Profile, DecodeError> {
     let msg = if data.starts_with(&[0x1f, 0x8b]) {
-        // The gzip trailer holds the length mod 2^32: a good first capacity, capped.
-        let hint = data
-            .len()
-            .checked_sub(4)
-            .and_then(|i| data.get(i..))
-            .and_then(|t| <[u8; 4]>::try_from(t).ok())
-            .map_or(0, u32::from_le_bytes);
-        let mut raw = Vec::with_capacity((hint as usize).min(64 << 20));
-        GzDecoder::new(data)
-            .take(MAX_DECOMPRESSED_LEN + 1)
-            .read_to_end(&mut raw)
-            .map_err(DecodeError::Gzip)?;
-        if raw.len() as u64 > MAX_DECOMPRESSED_LEN {
-            return Err(DecodeError::TooLarge {
-                limit: MAX_DECOMPRESSED_LEN,
-            });
-        }
+        let raw = inflate(data, lease)?;
         decode_message(&raw)
     } else {
         decode_message(data)
     }?;
     from_message(&msg.0, msg.1.meta.as_deref())
+}
+
+/// Decompresses gzip `data` into a buffer whose every byte of capacity is reserved from
+/// `lease` first, so that no decode, on any thread, takes memory the budget has not granted.
+fn inflate(data: &[u8], lease: &mut Lease<'_>) -> Result<Vec<u8>, DecodeError> {
+    const CHUNK: usize = 64 << 10;
+    let too_large = |lease: &Lease<'_>| DecodeError::TooLarge {
+        limit: lease.limit(),
+    };
+    // The gzip trailer holds the length mod 2^32: the exact capacity for an honest file, so it
+    // is read without a reallocation (which holds two buffers at once). It is only a hint.
+    let hint = data
+        .len()
+        .checked_sub(4)
+        .and_then(|i| data.get(i..))
+        .and_then(|t| <[u8; 4]>::try_from(t).ok())
+        .map_or(0, u32::from_le_bytes);
+    let first = u64::from(hint).clamp(CHUNK as u64, lease.limit().max(CHUNK as u64));
+    let mut raw: Vec<u8> = Vec::new();
+    if !lease.reserve(first) {
+        return Err(too_large(lease));
+    }
+    raw.reserve_exact(first as usize);
+    let mut reserved = first;
+    let mut chunk = vec![0u8; CHUNK];
+    let mut gz = GzDecoder::new(data);
+    loop {
+        let n = match gz.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(DecodeError::Gzip(e)),
+        };
+        let need = (raw.len() + n) as u64;
+        if need > reserved {
+            // Growing copies the buffer: the old and the new one are both held for a moment.
+            let grown = (reserved * 2).max(need);
+            let to = if lease.reserve(grown) {
+                grown
+            } else if lease.reserve(need) {
+                need
+            } else {
+                return Err(too_large(lease));
+            };
+            raw.reserve_exact((to as usize).saturating_sub(raw.len()));
+            lease.release(reserved);
+            reserved = to;
+        }
+        raw.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    }
+    Ok(raw)
+}
+
+/// How a [`Lease`] shares its [`DecodeBudget`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Beside other shared leases.
+    Shared,
+    /// The only lease: it waits for the others to end, and new ones wait for it.
+    Alone,
+}
+
+/// Memory that decoding may take at once, shared by every thread of one command (ADR 0031):
+/// each decode reserves the bytes it decompresses into before it allocates them, and gives
+/// them back when it ends. A decode that does not fit beside the others is tried again
+/// alone ([`Access::Alone`]), with the whole budget; what does not fit then is too large.
+#[derive(Debug)]
+pub(crate) struct DecodeBudget {
+    limit: u64,
+    state: Mutex<BudgetState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct BudgetState {
+    /// Bytes reserved by all leases.
+    used: u64,
+    /// The most `used` has been.
+    peak: u64,
+    /// Shared leases held.
+    shared: usize,
+    /// Whether a lease alone is held.
+    alone: bool,
+    /// Leases alone that wait; shared leases wait while there are any, so these get their turn.
+    waiting_alone: usize,
+}
+
+impl DecodeBudget {
+    /// A budget of `limit` bytes.
+    pub(crate) fn new(limit: u64) -> Self {
+        Self {
+            limit,
+            state: Mutex::new(BudgetState::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// The budget's size in bytes.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BudgetState> {
+        // A poisoned lock still holds valid counts: every change is one statement.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wait<'a>(&self, g: MutexGuard<'a, BudgetState>) -> MutexGuard<'a, BudgetState> {
+        self.changed.wait(g).unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A lease on the budget, once `access` allows: a shared lease waits while a lease alone is
+    /// held or waited for, a lease alone until no other lease is held. A thread must not
+    /// hold a lease while it takes another.
+    pub(crate) fn lease(&self, access: Access) -> Lease<'_> {
+        let mut g = self.lock();
+        match access {
+            Access::Shared => {
+                while g.alone || g.waiting_alone > 0 {
+                    g = self.wait(g);
+                }
+                g.shared += 1;
+            }
+            Access::Alone => {
+                g.waiting_alone += 1;
+                while g.alone || g.shared > 0 {
+                    g = self.wait(g);
+                }
+                g.waiting_alone -= 1;
+                g.alone = true;
+            }
+        }
+        Lease {
+            budget: self,
+            access,
+            held: 0,
+            refused: None,
+        }
+    }
+}
+
+/// Why a [`Lease`] refused a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Other leases hold the rest of the budget: a lease alone may succeed.
+    Busy,
+    /// More than the whole budget.
+    TooLarge,
+}
+
+/// A share of a [`DecodeBudget`]; what it reserved goes back when it is dropped.
+#[derive(Debug)]
+pub(crate) struct Lease<'a> {
+    budget: &'a DecodeBudget,
+    access: Access,
+    held: u64,
+    refused: Option<Refusal>,
+}
+
+impl Lease<'_> {
+    /// The whole budget's size.
+    pub(crate) fn limit(&self) -> u64 {
+        self.budget.limit
+    }
+
+    /// Reserves `n` more bytes; `false` (and [`Lease::refused`] says why) if the budget has not
+    /// got them.
+    pub(crate) fn reserve(&mut self, n: u64) -> bool {
+        let mut g = self.budget.lock();
+        let mine = self.held.saturating_add(n);
+        if g.used.saturating_add(n) <= self.budget.limit {
+            g.used += n;
+            g.peak = g.peak.max(g.used);
+            self.held = mine;
+            return true;
+        }
+        self.refused = Some(
+            if mine > self.budget.limit || self.access == Access::Alone {
+                Refusal::TooLarge
+            } else {
+                Refusal::Busy
+            },
+        );
+        false
+    }
+
+    /// Gives back `n` of the bytes reserved.
+    pub(crate) fn release(&mut self, n: u64) {
+        let n = n.min(self.held);
+        self.held -= n;
+        let mut g = self.budget.lock();
+        g.used = g.used.saturating_sub(n);
+        drop(g);
+        self.budget.changed.notify_all();
+    }
+
+    /// Why the last refused reservation was refused; `None` if none was.
+    pub(crate) fn refused(&self) -> Option<Refusal> {
+        self.refused
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut g = self.budget.lock();
+        g.used = g.used.saturating_sub(self.held);
+        match self.access {
+            Access::Shared => g.shared = g.shared.saturating_sub(1),
+            Access::Alone => g.alone = false,
+        }
+        drop(g);
+        self.budget.changed.notify_all();
+    }
 }
 
 /// The pprof message, and its meta field on its own (prost skips a field a message does not
@@ -412,4 +619,93 @@ fn span_context(
         span_id,
         local_root_span_id,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{inflate, Access, DecodeBudget, DecodeError, Refusal};
+    use std::io::Write as _;
+
+    fn gzip(len: usize, honest_trailer: bool) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&vec![7u8; len]).unwrap();
+        let mut out = gz.finish().unwrap();
+        if !honest_trailer {
+            let n = out.len();
+            out[n - 4..].copy_from_slice(&10u32.to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn what_fits_alone_is_inflated_and_what_does_not_is_refused() {
+        let budget = DecodeBudget::new(1 << 20);
+        let mut lease = budget.lease(Access::Shared);
+        assert_eq!(
+            inflate(&gzip(300 << 10, true), &mut lease).unwrap().len(),
+            300 << 10
+        );
+        drop(lease);
+        // A trailer that states a small length is no help to a bomb: the buffer grows only
+        // as far as the budget.
+        for honest in [true, false] {
+            let mut lease = budget.lease(Access::Shared);
+            let r = inflate(&gzip(3 << 20, honest), &mut lease);
+            assert!(matches!(r, Err(DecodeError::TooLarge { limit }) if limit == 1 << 20));
+            assert_eq!(lease.refused(), Some(Refusal::TooLarge));
+        }
+        assert_eq!(budget.lock().used, 0, "every lease gave its bytes back");
+    }
+
+    #[test]
+    fn a_decode_that_does_not_fit_beside_another_is_busy_and_fits_alone() {
+        let budget = DecodeBudget::new(1 << 20);
+        let mut other = budget.lease(Access::Shared);
+        assert!(other.reserve(700 << 10));
+        let mut lease = budget.lease(Access::Shared);
+        let data = gzip(600 << 10, true);
+        assert!(inflate(&data, &mut lease).is_err());
+        assert_eq!(lease.refused(), Some(Refusal::Busy));
+        drop(lease);
+        std::thread::scope(|s| {
+            let alone = s.spawn(|| {
+                let mut lease = budget.lease(Access::Alone);
+                inflate(&data, &mut lease).map(|raw| raw.len())
+            });
+            // The lease alone waits for `other`; new shared leases wait for it.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!alone.is_finished());
+            drop(other);
+            assert_eq!(alone.join().unwrap().unwrap(), 600 << 10);
+        });
+        assert_eq!(budget.lock().used, 0);
+    }
+
+    #[test]
+    fn threads_never_hold_more_than_the_budget() {
+        let budget = DecodeBudget::new(1 << 20);
+        let files: Vec<Vec<u8>> = (0..16).map(|i| gzip((100 + 50 * i) << 10, true)).collect();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (budget, files) = (&budget, &files);
+                s.spawn(move || {
+                    for f in files.iter().skip(t).step_by(4) {
+                        for access in [Access::Shared, Access::Alone] {
+                            let mut lease = budget.lease(access);
+                            let r = inflate(f, &mut lease);
+                            if r.is_ok() || lease.refused() != Some(Refusal::Busy) {
+                                assert!(r.is_ok(), "every file fits alone");
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let g = budget.lock();
+        // The files are 100 KiB to 850 KiB: four threads at once pass the budget unless they
+        // share it.
+        assert!(g.peak <= 1 << 20 && g.peak > 1 << 19, "{}", g.peak);
+        assert_eq!(g.used, 0);
+    }
 }

@@ -68,6 +68,9 @@ pub const RUN_UVICORN: &[&str] = &["run@uvicorn/main.py", "serve"];
 pub const CACHE_GET: &[&str] = &["cache_get", "lookup", "handle", "serve"];
 pub const DB_QUERY: &[&str] = &["db_query", "handle", "serve"];
 pub const DB_DECODE: &[&str] = &["decode_row", "db_query", "handle", "serve"];
+/// A leaf frame whose function name holds a line break, ESC and NUL: text that must reach a
+/// terminal escaped.
+pub const EVIL_FRAME: &[&str] = &["evil\nREGRESSION frame\u{1b}[2J\0", "handle", "serve"];
 
 /// A walker with two threads: thread 1 (the request thread) runs whatever stack the test
 /// sets with [`Script::set`], thread 2 always idles in `idle_loop`.
@@ -89,6 +92,7 @@ const STACKS: &[&[&str]] = &[
     CACHE_GET,
     DB_QUERY,
     DB_DECODE,
+    EVIL_FRAME,
 ];
 
 fn frame_id(name: &str) -> u64 {
@@ -791,4 +795,86 @@ pub fn strip_deployment_from_summaries(dir: &Path) {
         stored.summary.deployment = None;
         std::fs::write(&path, encode_summary(&stored.summary, stored.pprof_len)).unwrap();
     }
+}
+
+/// A gzip bomb: a valid gzip stream (one fixed-Huffman deflate block of 258-byte repeats)
+/// that inflates to `len` zero bytes (rounded up to a whole repeat) from about `len / 160`
+/// bytes. Its trailer states `stated_len` as the length (mod 2^32): the true length for an
+/// honest bomb, or a small one, so that a reader cannot rely on it. The CRC is not computed:
+/// a reader that inflates the whole stream finds it wrong, after the memory is spent.
+pub fn gzip_bomb(len: u64, stated_len: u32) -> Vec<u8> {
+    struct Bits {
+        out: Vec<u8>,
+        acc: u32,
+        n: u32,
+    }
+    impl Bits {
+        /// `count` bits of `v`, least significant first (deflate's order for headers).
+        fn lsb(&mut self, v: u32, count: u32) {
+            for i in 0..count {
+                self.acc |= ((v >> i) & 1) << self.n;
+                self.n += 1;
+                if self.n == 8 {
+                    self.out.push(self.acc as u8);
+                    (self.acc, self.n) = (0, 0);
+                }
+            }
+        }
+        /// A Huffman code of `count` bits, most significant first.
+        fn code(&mut self, v: u32, count: u32) {
+            for i in (0..count).rev() {
+                self.lsb((v >> i) & 1, 1);
+            }
+        }
+    }
+    let mut b = Bits {
+        out: vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3],
+        acc: 0,
+        n: 0,
+    };
+    b.lsb(1, 1); // BFINAL
+    b.lsb(1, 2); // BTYPE 01: fixed Huffman codes
+    b.code(0x30, 8); // the literal 0
+    for _ in 0..(len.saturating_sub(1)).div_ceil(258) {
+        b.code(0xc5, 8); // length code 285: 258 bytes
+        b.code(0, 5); // distance code 0: 1 byte back
+    }
+    b.code(0, 7); // end of block (256)
+    if b.n > 0 {
+        b.out.push(b.acc as u8);
+    }
+    b.out.extend_from_slice(&0u32.to_le_bytes()); // CRC32, not computed
+    b.out.extend_from_slice(&stated_len.to_le_bytes());
+    b.out
+}
+
+/// A deploy for the diff's specs: 20 requests of `/checkout` (root spans `POST /checkout`,
+/// span ids 1 to 20) on `version`, each running the `steps` (a stack for some milliseconds)
+/// in turn, in 200 ms windows (the window is the unit of the diff's test).
+pub fn record_deploy(dir: &Path, version: &str, steps: &[(&[&str], u64)]) {
+    let script = Script::default();
+    let p = profiler_with_window(
+        dir,
+        "checkout",
+        version,
+        &script,
+        Duration::from_millis(200),
+    );
+    for i in 0..20u64 {
+        let root = start_span(
+            &p,
+            0xd1 + u128::from(i),
+            1 + i,
+            None,
+            "POST /checkout",
+            Some("/checkout"),
+        );
+        for &(stack, t) in steps {
+            script.set(stack);
+            ms(t);
+        }
+        root.end();
+    }
+    script.set(IDLE);
+    p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
 }
