@@ -20,7 +20,7 @@ const DAY_START_NS: u64 = 1_714_521_600_000_000_000; // 2024-05-01T00:00:00Z
 const WINDOW_NS: u64 = 60_000_000_000;
 const PERIOD_NS: u64 = 10_000_000;
 
-fn window(i: u64, stacks: usize) -> Profile {
+pub(crate) fn window(i: u64, stacks: usize) -> Profile {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i + 1));
     let mut p = Profile::empty(
         Resource {

@@ -97,14 +97,27 @@ pub(crate) fn run(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<
     let filter = args.windows.filter();
     let (old_v, new_v) = (&old_sel.0, &new_sel.0);
     let files = store.list(&filter)?;
-    // Self CPU by frame is not in the window summaries: every window is decoded.
+    // Each window's self CPU by frame and CPU by route, from its summary when it has a usable
+    // one (format 2), else from the decoded window.
     let parts = store.fold_windows(
         &files,
-        None,
+        Some((&filter, false)),
         || (Vec::new(), BTreeSet::new()),
         |(acc, versions), _, w| {
-            let Window::Profile(p) = &w else { return false };
-            let info = p.info();
+            let (cpu, routes) = match &w {
+                Window::Summary(s) => match (s.self_cpu_by_frame(&filter), s.route_cpu(&filter)) {
+                    (Some(cpu), Some(routes)) => (cpu, routes),
+                    _ => return false,
+                },
+                Window::Profile(p) => {
+                    let one = std::slice::from_ref(&**p);
+                    (
+                        diff::self_cpu_by_frame(one, &filter),
+                        diff::route_cpu(one, &filter),
+                    )
+                }
+            };
+            let info = w.info();
             if !filter.matches(&info) {
                 return true;
             }
@@ -116,14 +129,13 @@ pub(crate) fn run(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<
             if !(old || new) {
                 return true;
             }
-            let one = std::slice::from_ref(&**p);
             acc.push(Side {
                 old,
                 new,
                 start: info.start_unix_ns,
                 end: info.start_unix_ns.saturating_add(info.duration_ns),
-                cpu: diff::self_cpu_by_frame(one, &filter),
-                routes: diff::route_cpu(one, &filter),
+                cpu,
+                routes,
             });
             true
         },
@@ -205,7 +217,7 @@ pub(crate) fn run(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<
             "improvements": c.improvements,
             "routes": routes,
         });
-        outln!("{}", serde_json::to_string_pretty(&out)?);
+        crate::json_out(store, &out)?;
         return Ok(grew);
     }
     outln!(
@@ -334,7 +346,7 @@ fn peers(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<()> {
         .into());
     }
     if json {
-        outln!("{}", serde_json::to_string_pretty(&c)?);
+        crate::json_out(store, &c)?;
         return Ok(());
     }
     outln!(

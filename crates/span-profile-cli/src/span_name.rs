@@ -8,8 +8,9 @@
 //! The counting is the store's (`store::span_name`, `store::query`); this file prints.
 
 use serde::Serialize;
+use span_profile_core::Profile;
 use span_profile_export::store::frames::Grouping;
-use span_profile_export::store::query::{self, PartitionRow, Report};
+use span_profile_export::store::query::{self, Filter, PartitionRow, Report};
 use span_profile_export::store::span_name::{SpanNameStats, SpanNameTally};
 use span_profile_export::store::Store;
 
@@ -36,24 +37,32 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
     let sel = &args.select;
     let name = sel.span_name.as_deref().unwrap_or_default();
     let by = args.grouping();
-    let (filter, (report, tally)) = select::query(
-        store,
-        sel,
-        |p, f| {
-            let mut t = SpanNameTally::default();
-            t.add(p, f);
-            let r = if by == Grouping::Line {
-                query::report_with_lines(p, f)
-            } else {
-                query::report(p, f)
-            };
-            (r, t)
-        },
-        |a: &mut (Report, SpanNameTally), b| {
-            a.0.merge(b.0);
-            a.1.merge(b.1);
-        },
-    )?;
+    let q = |p: &[Profile], f: &Filter| {
+        let mut t = SpanNameTally::default();
+        t.add(p, f);
+        let r = if by == Grouping::Line {
+            query::report_with_lines(p, f)
+        } else {
+            query::report(p, f)
+        };
+        (r, t)
+    };
+    let merge = |a: &mut (Report, SpanNameTally), b: (Report, SpanNameTally)| {
+        a.0.merge(b.0);
+        a.1.merge(b.1);
+    };
+    // From the window summaries (which decline a route), except by line: they keep no lines.
+    let (filter, (report, tally)) = if by == Grouping::Line {
+        select::query(store, sel, q, merge)?
+    } else {
+        select::query_summarized(
+            store,
+            sel,
+            q,
+            |s, f| Some((s.span_name_report(f)?, s.span_name_tally(f)?)),
+            merge,
+        )?
+    };
     let stats = tally.finish();
     let what = sel.describe(&filter);
     if stats.samples == 0 && stats.spans == 0 && stats.open_spans == 0 {
@@ -73,7 +82,7 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
             frames: &partition.rows,
             other_samples: partition.other_samples,
         };
-        outln!("{}", serde_json::to_string_pretty(&out)?);
+        crate::json_out(store, &out)?;
         return Ok(());
     }
     let own = if filter.with_children {

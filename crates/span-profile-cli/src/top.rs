@@ -149,7 +149,7 @@ pub(crate) fn run(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<(
             lines: r.lines.as_deref().map(|l| &l[..args.limit.min(l.len())]),
             coverage: r.coverage,
         };
-        outln!("{}", serde_json::to_string_pretty(&out)?);
+        crate::json_out(store, &out)?;
         return Ok(());
     }
     let share = if filter.span_id.is_none() && filter.trace_id.is_none() {
@@ -366,10 +366,11 @@ fn coverage_line(c: &Coverage, duration_ns: u64, with_children: bool) -> String 
 /// and by package and module of the leaf frame (self CPU, so thread and loop entry frames,
 /// which are never the leaf of a busy stack, do not show).
 fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> {
-    let (filter, a) = select::query(
+    let (filter, a) = select::query_summarized(
         store,
         &args.select,
         query::cost_attribution,
+        WindowSummary::cost_attribution,
         CostAttribution::merge,
     )?;
     let what = args.select.describe(&filter);
@@ -425,7 +426,7 @@ fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> 
             "by_package": rows(top(&packages)),
             "by_module": rows(top(&modules)),
         });
-        outln!("{}", serde_json::to_string_pretty(&out)?);
+        crate::json_out(store, &out)?;
         return Ok(());
     }
     outln!(

@@ -4,37 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-
-fn deploy(dir: &std::path::Path, version: &str, steps: &[(&[&str], u64)]) {
-    let script = Script::default();
-    let p = profiler_with_window(
-        dir,
-        "checkout",
-        version,
-        &script,
-        Duration::from_millis(200),
-    );
-    for i in 0..20u64 {
-        let root = start_span(
-            &p,
-            0xa0 + u128::from(i),
-            1 + i,
-            None,
-            "POST /checkout",
-            Some("/checkout"),
-        );
-        for &(stack, t) in steps {
-            script.set(stack);
-            ms(t);
-        }
-        root.end();
-    }
-    script.set(IDLE);
-    p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
-}
 
 fn flagged(v: &serde_json::Value, key: &str) -> Vec<String> {
     v[key]
@@ -54,8 +24,8 @@ fn flagged(v: &serde_json::Value, key: &str) -> Vec<String> {
 #[test]
 fn a_new_leaf_under_a_chain_is_one_regression() {
     let dir = TempDir::new("diff-once");
-    deploy(dir.path(), "1", &[(HANDLE, 60), (RUN_ASYNCIO, 30)]);
-    deploy(
+    record_deploy(dir.path(), "1", &[(HANDLE, 60), (RUN_ASYNCIO, 30)]);
+    record_deploy(
         dir.path(),
         "2",
         &[(HANDLE, 30), (AUDIT, 30), (RUN_UVICORN, 30)],

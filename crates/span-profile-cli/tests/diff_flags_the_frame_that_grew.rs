@@ -6,40 +6,11 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 
-const REQUESTS: u64 = 20;
-
-/// `REQUESTS` requests of `/checkout` on `version`, each `render_ms` in render and
-/// `parse_ms` in parse_date, in 200 ms windows (the window is the unit of the diff's test).
+/// `version` with each of the 20 requests `render_ms` in render and `parse_ms` in parse_date.
 fn deploy(dir: &std::path::Path, version: &str, render_ms: u64, parse_ms: u64) {
-    let script = Script::default();
-    let p = profiler_with_window(
-        dir,
-        "checkout",
-        version,
-        &script,
-        Duration::from_millis(200),
-    );
-    for i in 0..REQUESTS {
-        let root = start_span(
-            &p,
-            0xd1 + u128::from(i),
-            1 + i,
-            None,
-            "POST /checkout",
-            Some("/checkout"),
-        );
-        script.set(HANDLE);
-        ms(render_ms);
-        script.set(PARSE_DATE);
-        ms(parse_ms);
-        root.end();
-    }
-    script.set(IDLE);
-    p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
+    record_deploy(dir, version, &[(HANDLE, render_ms), (PARSE_DATE, parse_ms)]);
 }
 
 fn names(v: &serde_json::Value) -> Vec<String> {
@@ -133,7 +104,7 @@ fn a_frame_that_grew_is_a_regression() {
             0,
         ));
         let requests = listed.as_array().unwrap().len() as u64;
-        assert!((16..=REQUESTS).contains(&requests), "{listed}");
+        assert!((16..=20).contains(&requests), "{listed}");
         assert_eq!(checkout[format!("{side}_requests")], requests, "{v}");
         let top = json(&run_ok(
             &[

@@ -1,7 +1,8 @@
-//! Window summaries (ADR 0006) change how fast `top` and `routes` answer, never what
-//! they answer: a store with summaries, the same store with its summaries deleted, and the
-//! store read with `SPAN_PROFILE_NO_SUMMARY=1` print the same; a corrupt or cut summary falls
-//! back to its window; and the summaries are what is read when they are there.
+//! Window summaries (ADR 0006) change how fast `top`, `top --service`, `top --span-name`,
+//! `routes` and `diff` answer, never what they answer: a store with summaries, the same store
+//! with its summaries deleted, and the store read with `SPAN_PROFILE_NO_SUMMARY=1` print the
+//! same; a corrupt or cut summary falls back to its window; and the summaries are what is
+//! read when they are there.
 
 mod common;
 
@@ -12,10 +13,34 @@ use common::*;
 
 const NO_SUMMARY: &[(&str, &str)] = &[("SPAN_PROFILE_NO_SUMMARY", "1")];
 
-/// The questions summaries answer, with the exit codes each may end with. (`diff` compares
-/// self CPU by frame, which summaries do not hold: it always decodes the windows, ADR 0023.)
+/// The questions summaries answer, with the exit codes each may end with.
 fn questions(d: &str) -> Vec<(Vec<&str>, &'static [i32])> {
     vec![
+        (vec!["top", d, "--service", "checkout", "--json"], &[0]),
+        (
+            vec!["top", d, "--service", "checkout", "--limit", "3"],
+            &[0],
+        ),
+        (
+            args("diff", d, "--old version=1.0 --new version=2.0 --json"),
+            &[0, 1],
+        ),
+        (
+            args("diff", d, "--old version=2.0 --new version=1.0"),
+            &[0, 1],
+        ),
+        // Span names by version: both deploys have the same span ids, and a span id ended
+        // twice at different times is taken from whichever window is read first.
+        (span_name(d, "pricing.calculate", "--version 1.0"), &[0]),
+        (span_name(d, "POST /checkout", "--version 1.0 --json"), &[0]),
+        (
+            span_name(d, "POST /checkout", "--exclusive --by module --version 2.0"),
+            &[0],
+        ),
+        (
+            span_name(d, "pricing.calculate", "--version 2.0 --json"),
+            &[0],
+        ),
         (vec!["top", d, "--route", "/checkout"], &[0]),
         (
             vec!["top", d, "--route", "/checkout", "--by", "module"],
@@ -59,14 +84,35 @@ fn questions(d: &str) -> Vec<(Vec<&str>, &'static [i32])> {
     ]
 }
 
-/// Questions that summaries decline, so their windows are decoded: a report by line
-/// (summaries keep no lines), and a service's cost (requests come from span tables and self
-/// CPU by leaf frame is not summarized).
+/// Questions that summaries decline, so their windows are decoded: reports by line
+/// (summaries keep no lines), and spans by name within a route (a summary keeps a span
+/// name's samples for all routes together).
 fn decoded_questions(d: &str) -> Vec<(Vec<&str>, &'static [i32])> {
     vec![
         (vec!["top", d, "--route", "/checkout", "--lines"], &[0]),
-        (vec!["top", d, "--service", "checkout", "--json"], &[0]),
+        (
+            span_name(d, "pricing.calculate", "--lines --version 1.0"),
+            &[0],
+        ),
+        (
+            span_name(d, "pricing.calculate", "--route /checkout --version 2.0"),
+            &[0],
+        ),
     ]
+}
+
+/// `command DIR` and the space-separated `rest`.
+fn args<'a>(command: &'a str, d: &'a str, rest: &'a str) -> Vec<&'a str> {
+    let mut v = vec![command, d];
+    v.extend(rest.split(' '));
+    v
+}
+
+/// `top DIR --span-name NAME` and the space-separated `rest`.
+fn span_name<'a>(d: &'a str, name: &'a str, rest: &'a str) -> Vec<&'a str> {
+    let mut v = args("top", d, rest);
+    v.splice(2..2, ["--span-name", name]);
+    v
 }
 
 /// Every question's standard output and exit code.
@@ -108,11 +154,15 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Two deploys in windows of 300 ms, so that `diff` has several windows a side and spans
+/// cross windows.
 fn two_deploys() -> TempDir {
     let dir = TempDir::new("summaries");
-    record_checkout(dir.path(), "1.0");
-    record_checkout(dir.path(), "2.0");
+    for v in ["1.0", "2.0"] {
+        record_checkout_in_windows(dir.path(), v, std::time::Duration::from_millis(300));
+    }
     assert_one_summary_per_window(dir.path());
+    assert!(window_files(dir.path()).len() >= 6);
     dir
 }
 
@@ -127,10 +177,18 @@ fn with_or_without_summaries_the_answers_are_the_same() {
     assert!(summary_files(bare.path()).is_empty());
     let d = s(dir.path());
     let with = answers(d, &[]);
+    for start in [
+        "route /checkout -> ",
+        "{\n  \"by_module\"",
+        "spans pricing.calculate, version 1.0: 2 ended span(s) -> ",
+    ] {
+        assert!(with.iter().any(|(o, _)| o.starts_with(start)), "{with:?}");
+    }
+    // Both deploys run the same code: the diff finds no regression, in either direction.
     assert!(
-        with[0].0.starts_with("route /checkout -> "),
-        "{:?}",
-        with[0]
+        with.iter()
+            .any(|(o, code)| *code == Some(0) && o.starts_with("old version=2.0: ")),
+        "{with:?}"
     );
     assert_eq!(with, answers(s(bare.path()), &[]), "summaries deleted");
     assert_eq!(with, answers(d, NO_SUMMARY), "SPAN_PROFILE_NO_SUMMARY=1");

@@ -4,6 +4,8 @@
 //! every combination of route, service, version and time filters; and per-window answers
 //! merged over several windows equal the answer over all of them.
 
+mod common;
+
 use std::sync::Arc;
 
 use span_profile_core::{Frame, Profile, ProfileSample, Resource, Stack, TraceId};
@@ -18,15 +20,7 @@ const ROUTES: [&str; 4] = ["/orders/{id}", "/checkout", "background", ""];
 const MINUTE: u64 = 60_000_000_000;
 
 fn window(rng: &mut Rng, i: u64) -> Profile {
-    let resource = Resource {
-        service: rng.pick(&["checkout", "cart"]).to_string(),
-        version: match rng.below(3) {
-            0 => None,
-            1 => Some("1".into()),
-            _ => Some("2".into()),
-        },
-        ..Resource::default()
-    };
+    let resource = common::random_resource(rng);
     let mut p = Profile::empty(resource, i * MINUTE, MINUTE, 10_000_000);
     let n_frames = rng.below(12);
     p.frames = (0..n_frames)
@@ -55,32 +49,23 @@ fn window(rng: &mut Rng, i: u64) -> Profile {
 }
 
 fn filters() -> Vec<Filter> {
-    let mut out = Vec::new();
-    for route in [
-        None,
-        Some("/orders/{id}"),
-        Some("background"),
-        Some(""),
-        Some("/none"),
-    ] {
-        for service in [None, Some("checkout"), Some("nope")] {
-            for version in [None, Some("1"), Some("9")] {
-                for (since, until) in [
-                    (None, None),
-                    (Some(3 * MINUTE), None),
-                    (None, Some(3 * MINUTE)),
-                    (Some(2 * MINUTE + 1), Some(4 * MINUTE)),
-                ] {
-                    let mut f = Filter::default().between(since, until);
-                    f.route = route.map(str::to_string);
-                    f.service = service.map(str::to_string);
-                    f.version = version.map(str::to_string);
-                    out.push(f);
-                }
-            }
-        }
-    }
-    out
+    common::window_filters(
+        &[
+            None,
+            Some("/orders/{id}"),
+            Some("background"),
+            Some(""),
+            Some("/none"),
+        ],
+        &[None, Some("checkout"), Some("nope")],
+        &[None, Some("1"), Some("9")],
+        &[
+            (None, None),
+            (Some(3 * MINUTE), None),
+            (None, Some(3 * MINUTE)),
+            (Some(2 * MINUTE + 1), Some(4 * MINUTE)),
+        ],
+    )
 }
 
 /// Every field of a report (`Report` has no `PartialEq`: its coverage holds floats).

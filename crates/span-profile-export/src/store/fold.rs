@@ -13,12 +13,14 @@ use std::sync::Mutex;
 
 use span_profile_core::{Profile, WindowInfo};
 
+use crate::decode::DecodeBudget;
 use crate::layout::sanitize_component;
 use crate::store::error::{SkippedFile, StoreError};
 use crate::store::list::{list, StoreFilter, StoreListing, StoredFile};
 use crate::store::query::Filter;
-use crate::store::read::{read_summary, read_window};
+use crate::store::read::{read_summary_within, read_window_within};
 use crate::store::summary::{SummaryScope, WindowSummary};
+use crate::MAX_DECOMPRESSED_LEN;
 
 const MS_PER_HOUR: u64 = 3_600_000;
 const MS_PER_DAY: u64 = 24 * MS_PER_HOUR;
@@ -49,6 +51,8 @@ pub struct Store {
     /// Whether window summaries may answer in place of the windows.
     summaries: bool,
     skipped: Mutex<Vec<SkippedFile>>,
+    /// The memory all of its threads' decodes may take at once (ADR 0031).
+    budget: DecodeBudget,
     /// Summaries that could not be used (corrupt, cut short, stale); their windows were decoded.
     bad_summaries: Mutex<Vec<StoreError>>,
 }
@@ -115,7 +119,33 @@ impl Store {
             threads: 1,
             summaries: true,
             skipped: Mutex::new(Vec::new()),
+            budget: DecodeBudget::new(MAX_DECOMPRESSED_LEN),
             bad_summaries: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The memory that decoding may take at once, in bytes, across all the store's threads
+    /// (default [`MAX_DECOMPRESSED_LEN`]): each file and its decompressed form are reserved
+    /// from it, a file that does not fit beside the other threads' is decoded alone, and one
+    /// that does not fit alone is skipped as too large (ADR 0031).
+    pub fn with_decode_memory(mut self, bytes: u64) -> Self {
+        self.budget = DecodeBudget::new(bytes);
+        self
+    }
+
+    /// Reads and decodes one stored window within the store's decode memory
+    /// ([`Store::with_decode_memory`]); `None` if it cannot be read, and then the file and
+    /// why are kept for [`Store::take_skipped`].
+    pub fn read_window(&self, f: &StoredFile) -> Option<Profile> {
+        match read_window_within(f, &self.budget) {
+            Ok(p) => Some(p),
+            Err(error) => {
+                self.note_skipped(vec![SkippedFile {
+                    path: f.path.clone(),
+                    error,
+                }]);
+                None
+            }
         }
     }
 
@@ -233,7 +263,7 @@ impl Store {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(f) = files.get(i) else { break };
                 if let Some((filter, scope)) = &scope {
-                    match read_summary(f, scope) {
+                    match read_summary_within(f, scope, &self.budget) {
                         Ok(Some(s)) => {
                             if s.can_answer(filter)
                                 && step(&mut acc, i, Window::Summary(Box::new(s)))
@@ -245,7 +275,7 @@ impl Store {
                         Err(e) => bad.push(e),
                     }
                 }
-                match read_window(f) {
+                match read_window_within(f, &self.budget) {
                     Ok(p) => {
                         step(&mut acc, i, Window::Profile(Box::new(p)));
                     }
@@ -342,8 +372,8 @@ impl Store {
         Ok(answer)
     }
 
-    /// The files skipped so far (unreadable, corrupt or truncated), with their reasons; they
-    /// are handed out once.
+    /// The files skipped so far (unreadable, corrupt or truncated), with their reasons, each
+    /// once however often it was met, by path; they are handed out once.
     pub fn take_skipped(&self) -> Vec<SkippedFile> {
         // A poisoned lock still holds a valid list.
         std::mem::take(
@@ -352,6 +382,18 @@ impl Store {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         )
+    }
+
+    /// The files skipped so far, as [`Store::take_skipped`] would hand them out: each path
+    /// once, with its reason, by path. They are kept, to be taken later.
+    pub fn skipped(&self) -> Vec<(PathBuf, String)> {
+        // A poisoned lock still holds a valid list.
+        self.skipped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|s| (s.path.clone(), s.error.to_string()))
+            .collect()
     }
 
     /// The summaries that could not be used so far (corrupt, cut short, stale); their windows
@@ -377,14 +419,20 @@ impl Store {
             .append(&mut bad);
     }
 
-    fn note_skipped(&self, mut skipped: Vec<SkippedFile>) {
+    /// Keeps `skipped`, each path once (the first reason met), sorted by path.
+    fn note_skipped(&self, skipped: Vec<SkippedFile>) {
         if skipped.is_empty() {
             return;
         }
         // A poisoned lock still holds a valid list.
-        self.skipped
+        let mut all = self
+            .skipped
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .append(&mut skipped);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for s in skipped {
+            if let Err(at) = all.binary_search_by(|k| k.path.cmp(&s.path)) {
+                all.insert(at, s);
+            }
+        }
     }
 }

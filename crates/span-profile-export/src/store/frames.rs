@@ -107,6 +107,12 @@ pub fn matches(name: &str, function: &str, file: &str) -> bool {
 ///   `python3.13t`) or `Lib/` (Windows): the path below it, e.g. `json.encoder`.
 /// - A relative path (an application file as the interpreter was given it): the whole path,
 ///   e.g. `pricing/rules.py` → `pricing.rules`.
+/// - Any other absolute path, when its directory exists on this machine (the report is read
+///   where the code is): the name Python gives the module, which is its path below the
+///   nearest directory that is not a package (has no `__init__.py`). A script or a module
+///   imported from its own directory, `/src/examples/python/checkout.py`, is `checkout`; in
+///   a package, `/srv/app/pricing/__init__.py` beside it, `/srv/app/pricing/rules.py` is
+///   `pricing.rules`.
 /// - Any other absolute path: its directory and file name, e.g. `/srv/app/pricing/rules.py`
 ///   → `pricing.rules` (the application's root cannot be known from the path alone).
 ///
@@ -120,7 +126,9 @@ pub fn module_of(file: &str) -> Option<String> {
         .iter()
         .find_map(|ext| path.strip_suffix(ext))?;
     let below = library_relative(stem).unwrap_or_else(|| {
-        if stem.starts_with('/') || stem.as_bytes().get(1) == Some(&b':') {
+        if let Some(below) = below_packages(stem) {
+            below
+        } else if stem.starts_with('/') || stem.as_bytes().get(1) == Some(&b':') {
             // Absolute: the directory and the file.
             let mut parts = stem.rsplitn(3, '/');
             let file = parts.next().unwrap_or("");
@@ -137,6 +145,43 @@ pub fn module_of(file: &str) -> Option<String> {
     let below = below.strip_suffix("/__init__").unwrap_or(below);
     let module: Vec<&str> = below.split('/').filter(|p| !p.is_empty()).collect();
     (!module.is_empty()).then(|| module.join("."))
+}
+
+/// For an absolute `stem` (a file's path without `.py`, `/` separated) whose directory exists
+/// on this machine: its path below the nearest directory without an `__init__.py`, the
+/// module name Python gives it. `None` for a relative path or a directory not found here.
+/// What is found on disk is cached per directory, so that naming every frame of a day of
+/// windows looks at each directory once.
+fn below_packages(stem: &str) -> Option<&str> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    /// Per directory: whether it exists, and whether it holds an `__init__.py`.
+    static DIRS: OnceLock<Mutex<HashMap<String, (bool, bool)>>> = OnceLock::new();
+    if !stem.starts_with('/') {
+        return None;
+    }
+    let lookup = |dir: &str| -> (bool, bool) {
+        let dirs = DIRS.get_or_init(Mutex::default);
+        // A poisoned lock still holds a valid cache.
+        if let Some(&known) = dirs.lock().unwrap_or_else(PoisonError::into_inner).get(dir) {
+            return known;
+        }
+        let path = std::path::Path::new(if dir.is_empty() { "/" } else { dir });
+        let found = (path.is_dir(), path.join("__init__.py").is_file());
+        dirs.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(dir.to_owned(), found);
+        found
+    };
+    let mut dir = &stem[..stem.rfind('/')?];
+    if !lookup(dir).0 {
+        return None;
+    }
+    // Up while the directory is a package; the module starts below the first that is not.
+    while lookup(dir).1 {
+        dir = &dir[..dir.rfind('/')?];
+    }
+    Some(&stem[dir.len() + 1..])
 }
 
 /// The path below a Python library directory, if `stem` is inside one: the last
@@ -273,6 +318,45 @@ mod tests {
         assert_eq!(package_of("<frozen runpy>"), "<frozen runpy>");
         assert_eq!(module_of(""), None);
         assert_eq!(module_of("src/main.rs"), None);
+    }
+
+    #[test]
+    fn files_on_this_machine_are_named_as_python_names_them() {
+        let root =
+            std::env::temp_dir().join(format!("span-profile-modules-{}", std::process::id()));
+        let at = |p: &str| root.join(p);
+        for dir in ["examples/python", "srv/app/shop/pricing"] {
+            std::fs::create_dir_all(at(dir)).unwrap();
+        }
+        for init in [
+            "srv/app/shop/__init__.py",
+            "srv/app/shop/pricing/__init__.py",
+        ] {
+            std::fs::write(at(init), "").unwrap();
+        }
+        let name = |p: &str| module_of(at(p).to_str().unwrap());
+        // A script, or a module imported from its own directory: its file name.
+        assert_eq!(
+            name("examples/python/checkout.py").as_deref(),
+            Some("checkout")
+        );
+        // In packages: the path below the first directory that is not one.
+        assert_eq!(
+            name("srv/app/shop/pricing/rules.py").as_deref(),
+            Some("shop.pricing.rules")
+        );
+        assert_eq!(
+            name("srv/app/shop/pricing/__init__.py").as_deref(),
+            Some("shop.pricing")
+        );
+        assert_eq!(name("srv/app/shop/cart.py").as_deref(), Some("shop.cart"));
+        assert_eq!(name("srv/app/main.py").as_deref(), Some("main"));
+        // A directory not on this machine: its directory and file name.
+        assert_eq!(
+            name("srv/gone/pricing/rules.py").as_deref(),
+            Some("pricing.rules")
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

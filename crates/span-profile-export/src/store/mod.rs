@@ -6,7 +6,9 @@
 //!   summary beside each one (ADR 0006); [`StoreError`] and [`SkippedFile`] say what could not
 //!   be read.
 //! - [`Store`]: the parallel fold over a store's windows, each window's summary first when the
-//!   question allows it ([`Store::fold_windows`], [`Store::stream_summarized`]).
+//!   question allows it ([`Store::fold_windows`], [`Store::stream_summarized`]), all of its
+//!   threads decoding within one memory budget ([`Store::with_decode_memory`], ADR 0031), and
+//!   every file it skipped kept once ([`Store::take_skipped`]).
 //! - [`select`], [`select_summarized`], [`span_windows`]: any selection answered, a span or a
 //!   trace in two passes (its span tables, then the windows of its time).
 //! - [`parse_rfc3339`], [`format_rfc3339`]: times as the store's users write and read them.

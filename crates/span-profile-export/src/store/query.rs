@@ -816,62 +816,35 @@ impl CostAttribution {
 }
 
 /// CPU by route (with the requests of each route: its local-root spans) and self CPU by leaf
-/// frame, of the selected samples.
+/// frame ([`leaf_frame`](crate::store::frames::leaf_frame); a stack without a frame counts
+/// under an empty function and file), of the selected samples.
 pub fn cost_attribution(profiles: &[Profile], filter: &Filter) -> CostAttribution {
     let mut a = CostAttribution::default();
-    let mut leaf_cpu: FxHashMap<(*const Profile, u32), u64> = FxHashMap::default();
+    let mut self_cpu: FxHashMap<(&str, &str), u64> = FxHashMap::default();
     for_each_sample(profiles, filter, |p, s| {
         if s.cpu_samples == 0 && s.cpu_ns == 0 {
             return;
         }
         a.cpu_samples += s.cpu_samples;
         a.cpu_ns += s.cpu_ns;
-        match a.routes.get_mut(&*s.route) {
-            Some(r) => {
-                r.cpu_samples += s.cpu_samples;
-                r.cpu_ns += s.cpu_ns;
-            }
-            None => {
-                a.routes.insert(
-                    s.route.to_string(),
-                    RouteCost {
-                        cpu_samples: s.cpu_samples,
-                        cpu_ns: s.cpu_ns,
-                        ..RouteCost::default()
-                    },
-                );
-            }
-        }
-        // A span without the window's span table, or a request's route without its span: a
-        // roll-up that dropped them.
-        let spans_dropped = match s.span {
-            Some(_) => p.spans.is_empty(),
-            None => &*s.route != span_profile_core::labels::BACKGROUND_ROUTE,
+        let r = match a.routes.get_mut(&*s.route) {
+            Some(r) => r,
+            None => a.routes.entry(s.route.to_string()).or_default(),
         };
-        if spans_dropped {
-            if let Some(r) = a.routes.get_mut(&*s.route) {
-                r.requests_unknown = true;
-            }
-        }
+        r.cpu_samples += s.cpu_samples;
+        r.cpu_ns += s.cpu_ns;
+        r.requests_unknown |= spans_dropped(p, s);
         if s.cpu_samples > 0 {
-            let leaf = p
-                .stacks
-                .get(s.stack as usize)
-                .and_then(|st| st.frames.first().copied())
-                .unwrap_or(u32::MAX);
-            *leaf_cpu.entry((p as *const Profile, leaf)).or_default() += s.cpu_samples;
+            let leaf = crate::store::frames::leaf_frame(p, s.stack).unwrap_or(("", ""));
+            *self_cpu.entry(leaf).or_default() += s.cpu_samples;
         }
     });
+    for ((function, file), n) in self_cpu {
+        *a.self_cpu
+            .entry((function.to_owned(), file.to_owned()))
+            .or_default() += n;
+    }
     for p in profiles.iter().filter(|p| filter.matches_window(p)) {
-        for (&(_, leaf), &n) in leaf_cpu.iter().filter(|((q, _), _)| std::ptr::eq(*q, p)) {
-            let key = p
-                .frames
-                .get(leaf as usize)
-                .map_or((String::new(), String::new()), |f| {
-                    (f.function.clone(), f.file.clone())
-                });
-            *a.self_cpu.entry(key).or_default() += n;
-        }
         for r in &p.spans {
             let Some(route) = r.route.as_deref() else {
                 continue;
@@ -890,6 +863,16 @@ pub fn cost_attribution(profiles: &[Profile], filter: &Filter) -> CostAttributio
         }
     }
     a
+}
+
+/// Whether a sample lost its span, so that its route's requests cannot be counted: a span
+/// without the window's span table, or a request's route without its span (a roll-up made by
+/// `compact` keeps no span ids and no span tables).
+pub(crate) fn spans_dropped(p: &Profile, s: &ProfileSample) -> bool {
+    match s.span {
+        Some(_) => p.spans.is_empty(),
+        None => &*s.route != span_profile_core::labels::BACKGROUND_ROUTE,
+    }
 }
 
 /// Applies `filter` sample by sample, calling `f` for each selected sample of each window.

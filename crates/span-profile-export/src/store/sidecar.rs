@@ -14,15 +14,30 @@
 //! The environment and instance (tags 12 to 14) came later than the rest: a summary without
 //! them decodes with no [`Deployment`], and declines filters by environment or instance.
 //!
+//! Format 2 adds what CPU per request, cost attribution, the deploy diff and span-name
+//! questions need: the period and unsampled spans (16, 17), CPU time and requests by route
+//! (18), self CPU by leaf frame in each route (route tags 12 to 14), one embedded message per
+//! span name (19, decoded only for a question about that name), and a last field (20) that
+//! marks a format 2 summary complete. A format 1 summary still decodes, without them: it
+//! declines those questions, and their windows are decoded.
+//!
 //! The message also records the length of the pprof file it summarizes, so that a reader can
 //! tell a summary from the window next to it apart from a stale one.
 
-use crate::store::summary::{Deployment, FrameSummary, RouteSummary, SummaryScope, WindowSummary};
+use crate::store::summary::{
+    Deployment, FrameSummary, LeafCpu, NamedSpan, RouteCosts, RouteSummary, SelectionSummary,
+    SpanNameSummary, SummaryScope, WindowCosts, WindowSummary,
+};
 use prost::bytes::Bytes;
 use prost::Message;
+use span_profile_core::SpanId;
 
-/// Version of the summary layout; a decoder refuses newer ones.
-const FORMAT: u32 = 1;
+/// Version of the summary layout written; a decoder reads it and format 1, and refuses
+/// others.
+const FORMAT: u32 = 2;
+
+/// The first layout, without costs and span names: still read.
+const FORMAT_1: u32 = 1;
 
 /// The largest summary [`decode_summary`] accepts: 64 MiB.
 pub const MAX_SUMMARY_LEN: u64 = 64 << 20;
@@ -36,7 +51,7 @@ pub enum SummaryError {
     Protobuf(#[source] prost::DecodeError),
     /// The summary was written in a layout this version does not know.
     #[error(
-        "summary format {found} is not {FORMAT}; it was written by another span-profile version"
+        "summary format {found} is neither {FORMAT_1} nor {FORMAT}; it was written by another span-profile version"
     )]
     Format {
         /// The format found.
@@ -141,10 +156,93 @@ struct SummaryMsg {
     /// summary from before they were.
     #[prost(bool, tag = "14")]
     deployment: bool,
-    /// Always true, and the last field written (prost writes fields by tag): a summary cut
-    /// anywhere lacks it.
+    /// Always true; the last field of format 1 (prost writes fields by tag): a format 1
+    /// summary cut anywhere lacks it.
     #[prost(bool, tag = "15")]
     complete: bool,
+    /// The window's sampling period (format 2).
+    #[prost(uint64, tag = "16")]
+    period_ns: u64,
+    /// Spans the window left out for having no sample (format 2).
+    #[prost(uint64, tag = "17")]
+    unsampled_spans: u64,
+    /// CPU time and requests by route (format 2).
+    #[prost(message, optional, tag = "18")]
+    costs: Option<CostsMsg>,
+    /// Each a [`SpanNameMsg`], kept as bytes so that only the name asked about is decoded
+    /// (format 2).
+    #[prost(bytes = "bytes", repeated, tag = "19")]
+    span_names: Vec<Bytes>,
+    /// True when tag 19 holds every span name of the window (its absence then means none).
+    #[prost(bool, tag = "20")]
+    has_span_names: bool,
+    /// Always true in format 2, and its last field: a format 2 summary cut anywhere lacks it.
+    #[prost(bool, tag = "21")]
+    complete_2: bool,
+}
+
+/// [`WindowCosts`] as parallel columns.
+#[derive(Clone, PartialEq, prost::Message)]
+struct CostsMsg {
+    #[prost(uint32, repeated, tag = "1")]
+    route: Vec<u32>,
+    #[prost(uint64, repeated, tag = "2")]
+    cpu_samples: Vec<u64>,
+    #[prost(uint64, repeated, tag = "3")]
+    cpu_ns: Vec<u64>,
+    #[prost(bool, repeated, tag = "4")]
+    requests_unknown: Vec<bool>,
+    #[prost(uint32, repeated, tag = "5")]
+    request_route: Vec<u32>,
+    #[prost(fixed64, repeated, tag = "6")]
+    request_span: Vec<u64>,
+}
+
+/// The first field of a [`SpanNameMsg`]: decoding its bytes as this skips the rest.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SpanNameHead {
+    #[prost(uint32, tag = "1")]
+    name: u32,
+}
+
+/// A [`SpanNameSummary`] as parallel columns.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SpanNameMsg {
+    #[prost(uint32, tag = "1")]
+    name: u32,
+    #[prost(fixed64, repeated, tag = "2")]
+    span_id: Vec<u64>,
+    #[prost(uint64, repeated, tag = "3")]
+    start_unix_ns: Vec<u64>,
+    #[prost(uint64, repeated, tag = "4")]
+    end_unix_ns: Vec<u64>,
+    #[prost(bool, repeated, tag = "5")]
+    ended: Vec<bool>,
+    #[prost(uint64, repeated, tag = "6")]
+    samples: Vec<u64>,
+    #[prost(uint64, repeated, tag = "7")]
+    own_samples: Vec<u64>,
+    #[prost(message, optional, tag = "8")]
+    with_descendants: Option<SelectionMsg>,
+    #[prost(message, optional, tag = "9")]
+    own: Option<SelectionMsg>,
+}
+
+/// A [`SelectionSummary`] as parallel columns.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SelectionMsg {
+    #[prost(uint64, tag = "1")]
+    wall_samples: u64,
+    #[prost(uint64, tag = "2")]
+    cpu_samples: u64,
+    #[prost(uint32, repeated, tag = "3")]
+    frame_function: Vec<u32>,
+    #[prost(uint32, repeated, tag = "4")]
+    frame_file: Vec<u32>,
+    #[prost(uint64, repeated, tag = "5")]
+    frame_self_wall: Vec<u64>,
+    #[prost(uint64, repeated, tag = "6")]
+    frame_total_wall: Vec<u64>,
 }
 
 /// The first fields of a [`RouteMsg`]: decoding a route's bytes as this skips its columns.
@@ -182,6 +280,12 @@ struct RouteMsg {
     root_function: Vec<u32>,
     #[prost(uint64, repeated, tag = "11")]
     root_cpu: Vec<u64>,
+    #[prost(uint32, repeated, tag = "12")]
+    self_function: Vec<u32>,
+    #[prost(uint32, repeated, tag = "13")]
+    self_file: Vec<u32>,
+    #[prost(uint64, repeated, tag = "14")]
+    self_cpu: Vec<u64>,
 }
 
 /// Encodes a window's summary as the sidecar of a pprof file of `pprof_len` bytes.
@@ -213,9 +317,42 @@ pub fn encode_summary(s: &WindowSummary, pprof_len: u64) -> Vec<u8> {
             cpu_samples_by_function,
             root_function,
             root_cpu,
+            self_function: r.self_cpu.iter().map(|l| l.function).collect(),
+            self_file: r.self_cpu.iter().map(|l| l.file).collect(),
+            self_cpu: r.self_cpu.iter().map(|l| l.cpu_samples).collect(),
         };
         Bytes::from(msg.encode_to_vec())
     };
+    let selection_msg = |s: &SelectionSummary| SelectionMsg {
+        wall_samples: s.wall_samples,
+        cpu_samples: s.cpu_samples,
+        frame_function: s.frames.iter().map(|f| f.function).collect(),
+        frame_file: s.frames.iter().map(|f| f.file).collect(),
+        frame_self_wall: s.frames.iter().map(|f| f.self_wall).collect(),
+        frame_total_wall: s.frames.iter().map(|f| f.total_wall).collect(),
+    };
+    let span_name_msg = |n: &SpanNameSummary| {
+        let msg = SpanNameMsg {
+            name: n.name,
+            span_id: n.spans.iter().map(|s| s.span_id.to_u64()).collect(),
+            start_unix_ns: n.spans.iter().map(|s| s.start_unix_ns).collect(),
+            end_unix_ns: n.spans.iter().map(|s| s.end_unix_ns.unwrap_or(0)).collect(),
+            ended: n.spans.iter().map(|s| s.end_unix_ns.is_some()).collect(),
+            samples: n.spans.iter().map(|s| s.samples).collect(),
+            own_samples: n.spans.iter().map(|s| s.own_samples).collect(),
+            with_descendants: Some(selection_msg(&n.with_descendants)),
+            own: Some(selection_msg(&n.own)),
+        };
+        Bytes::from(msg.encode_to_vec())
+    };
+    let costs = s.costs.as_ref().map(|c| CostsMsg {
+        route: c.routes.iter().map(|r| r.route).collect(),
+        cpu_samples: c.routes.iter().map(|r| r.cpu_samples).collect(),
+        cpu_ns: c.routes.iter().map(|r| r.cpu_ns).collect(),
+        requests_unknown: c.routes.iter().map(|r| r.requests_unknown).collect(),
+        request_route: c.requests.iter().map(|&(r, _)| r).collect(),
+        request_span: c.requests.iter().map(|&(_, id)| id.to_u64()).collect(),
+    });
     SummaryMsg {
         format: FORMAT,
         pprof_len,
@@ -232,6 +369,12 @@ pub fn encode_summary(s: &WindowSummary, pprof_len: u64) -> Vec<u8> {
         instance: s.deployment.as_ref().and_then(|d| d.instance.clone()),
         deployment: s.deployment.is_some(),
         complete: true,
+        period_ns: s.period_ns,
+        unsampled_spans: s.unsampled_spans,
+        costs,
+        span_names: s.span_names.iter().flatten().map(span_name_msg).collect(),
+        has_span_names: s.span_names.is_some(),
+        complete_2: true,
     }
     .encode_to_vec()
 }
@@ -273,9 +416,19 @@ pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary,
             len: data.len() as u64,
         });
     }
-    let msg = SummaryMsg::decode(data).map_err(SummaryError::Protobuf)?;
-    if msg.format != FORMAT {
-        return Err(SummaryError::Format { found: msg.format });
+    let mut msg = SummaryMsg::decode(data).map_err(SummaryError::Protobuf)?;
+    match msg.format {
+        FORMAT_1 => {
+            // Whatever a format 1 file holds past its fields is not read.
+            msg.costs = None;
+            msg.span_names.clear();
+            msg.has_span_names = false;
+            msg.period_ns = 0;
+            msg.unsampled_spans = 0;
+        }
+        FORMAT if msg.complete_2 => {}
+        FORMAT => return Err(SummaryError::Incomplete),
+        found => return Err(SummaryError::Format { found }),
     }
     if !msg.complete {
         return Err(SummaryError::Incomplete);
@@ -298,12 +451,13 @@ pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary,
         (SummaryScope::AllRoutes, None) => &SummaryScope::Whole,
         _ => scope,
     };
+    let format_1 = msg.format == FORMAT_1;
     let all_routes = match (scope, &msg.all_routes) {
         (SummaryScope::Whole | SummaryScope::AllRoutes, Some(body)) => {
             // Reported as the route after the last one.
             let at = msg.routes.len();
             let r = RouteMsg::decode(body.clone()).map_err(SummaryError::Protobuf)?;
-            let r = route_summary(at, r, |field, index| check(at, field, index))?;
+            let r = route_summary(at, r, format_1, |field, index| check(at, field, index))?;
             check_totals(&msg, r.wall_samples, r.cpu_samples)?;
             Some(r)
         }
@@ -317,7 +471,7 @@ pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary,
         wall = wall.and_then(|w| w.checked_add(head.wall_samples));
         cpu = cpu.and_then(|c| c.checked_add(head.cpu_samples));
         let wanted = match scope {
-            SummaryScope::Whole => true,
+            SummaryScope::Whole | SummaryScope::Routes => true,
             SummaryScope::Route(want) => msg.strings.get(name as usize) == Some(want),
             SummaryScope::RouteNames => {
                 routes.push(RouteSummary {
@@ -332,7 +486,9 @@ pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary,
         };
         if wanted {
             let r = RouteMsg::decode(body.clone()).map_err(SummaryError::Protobuf)?;
-            routes.push(route_summary(i, r, |field, index| check(i, field, index))?);
+            routes.push(route_summary(i, r, format_1, |field, index| {
+                check(i, field, index)
+            })?);
         }
     }
     let (Some(wall), Some(cpu)) = (wall, cpu) else {
@@ -343,6 +499,33 @@ pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary,
         });
     };
     check_totals(&msg, wall, cpu)?;
+    let costs = match msg.costs.take() {
+        Some(c) => Some(window_costs(&msg, c, |field, index| {
+            check(usize::MAX, field, index)
+        })?),
+        None => None,
+    };
+    let span_names = match scope {
+        _ if !msg.has_span_names => None,
+        SummaryScope::Whole | SummaryScope::SpanName(_) => {
+            let mut names = Vec::new();
+            for body in &msg.span_names {
+                let head = SpanNameHead::decode(body.clone()).map_err(SummaryError::Protobuf)?;
+                let name = check(usize::MAX, "span name", head.name)?;
+                if let SummaryScope::SpanName(want) = scope {
+                    if msg.strings.get(name as usize) != Some(want) {
+                        continue;
+                    }
+                }
+                let n = SpanNameMsg::decode(body.clone()).map_err(SummaryError::Protobuf)?;
+                names.push(span_name_summary(n, |field, index| {
+                    check(usize::MAX, field, index)
+                })?);
+            }
+            Some(names)
+        }
+        _ => None,
+    };
     Ok(StoredSummary {
         summary: WindowSummary {
             service: msg.service,
@@ -358,6 +541,10 @@ pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary,
             strings: msg.strings,
             routes,
             all_routes,
+            period_ns: msg.period_ns,
+            unsampled_spans: msg.unsampled_spans,
+            costs,
+            span_names,
             scope: scope.clone(),
         },
         pprof_len: msg.pprof_len,
@@ -385,6 +572,7 @@ fn check_totals(msg: &SummaryMsg, wall: u64, cpu: u64) -> Result<(), SummaryErro
 fn route_summary(
     route: usize,
     r: RouteMsg,
+    format_1: bool,
     check: impl Fn(&'static str, u32) -> Result<u32, SummaryError>,
 ) -> Result<RouteSummary, SummaryError> {
     let columns = |what, ok: bool| {
@@ -394,31 +582,23 @@ fn route_summary(
             Err(SummaryError::Columns { route, what })
         }
     };
-    let f = r.frame_function.len();
-    columns(
-        "frame",
-        r.frame_file.len() == f && r.frame_self_wall.len() == f && r.frame_total_wall.len() == f,
-    )?;
     columns(
         "function CPU",
         r.cpu_function.len() == r.cpu_samples_by_function.len(),
     )?;
     columns("root CPU", r.root_function.len() == r.root_cpu.len())?;
-    let mut frames = Vec::with_capacity(f);
-    for (((&function, &file), &self_wall), &total_wall) in r
-        .frame_function
-        .iter()
-        .zip(&r.frame_file)
-        .zip(&r.frame_self_wall)
-        .zip(&r.frame_total_wall)
-    {
-        frames.push(FrameSummary {
-            function: check("frame function", function)?,
-            file: check("frame file", file)?,
-            self_wall,
-            total_wall,
-        });
-    }
+    let n = r.self_cpu.len();
+    columns(
+        "self CPU",
+        r.self_function.len() == n && r.self_file.len() == n,
+    )?;
+    let frames = frame_columns(
+        route,
+        r.wall_samples,
+        [&r.frame_function, &r.frame_file],
+        [&r.frame_self_wall, &r.frame_total_wall],
+        &check,
+    )?;
     let pairs = |names: &[u32], counts: &[u64], field| {
         names
             .iter()
@@ -438,12 +618,6 @@ fn route_summary(
         }
     };
     counts(
-        "a frame has more samples than its route",
-        frames
-            .iter()
-            .all(|f| f.self_wall <= f.total_wall && f.total_wall <= r.wall_samples),
-    )?;
-    counts(
         "a function has more CPU samples than its route",
         r.cpu_samples_by_function
             .iter()
@@ -457,6 +631,28 @@ fn route_summary(
         "the CPU samples by outermost frame do not add up to the route's",
         roots == Some(r.cpu_samples),
     )?;
+    let leaves = r
+        .self_cpu
+        .iter()
+        .try_fold(0u64, |sum, &n| sum.checked_add(n));
+    counts(
+        "the self CPU samples add up to more than the route's",
+        leaves.is_some_and(|n| n <= r.cpu_samples),
+    )?;
+    let mut self_cpu = Vec::with_capacity(if format_1 { 0 } else { n });
+    for ((&function, &file), &cpu_samples) in r
+        .self_function
+        .iter()
+        .zip(&r.self_file)
+        .zip(&r.self_cpu)
+        .take(if format_1 { 0 } else { n })
+    {
+        self_cpu.push(LeafCpu {
+            function: check("self CPU function", function)?,
+            file: check("self CPU file", file)?,
+            cpu_samples,
+        });
+    }
     Ok(RouteSummary {
         route: check("route", r.route)?,
         wall_samples: r.wall_samples,
@@ -464,6 +660,186 @@ fn route_summary(
         frames,
         function_cpu: pairs(&r.cpu_function, &r.cpu_samples_by_function, "function")?,
         root_cpu: pairs(&r.root_function, &r.root_cpu, "root function")?,
+        self_cpu,
+    })
+}
+
+/// Frame columns (function and file; self and total samples) as frames, checked: equal
+/// lengths, string indices, and each frame's self samples among its total, its total among the
+/// `wall` samples of what it counts (a route or a span name; each sample counts once).
+fn frame_columns(
+    at: usize,
+    wall: u64,
+    [function, file]: [&[u32]; 2],
+    [self_wall, total_wall]: [&[u64]; 2],
+    check: &impl Fn(&'static str, u32) -> Result<u32, SummaryError>,
+) -> Result<Vec<FrameSummary>, SummaryError> {
+    let n = function.len();
+    if file.len() != n || self_wall.len() != n || total_wall.len() != n {
+        return Err(SummaryError::Columns {
+            route: at,
+            what: "frame",
+        });
+    }
+    let mut frames = Vec::with_capacity(n);
+    for (((&function, &file), &self_wall), &total_wall) in
+        function.iter().zip(file).zip(self_wall).zip(total_wall)
+    {
+        if self_wall > total_wall || total_wall > wall {
+            return Err(SummaryError::Counts {
+                route: at,
+                what: "a frame has more samples than its route or span name",
+            });
+        }
+        frames.push(FrameSummary {
+            function: check("frame function", function)?,
+            file: check("frame file", file)?,
+            self_wall,
+            total_wall,
+        });
+    }
+    Ok(frames)
+}
+
+/// The costs, checked: equal columns, string indices, CPU samples that add up to the
+/// window's, and CPU time whose sum cannot overflow.
+fn window_costs(
+    msg: &SummaryMsg,
+    c: CostsMsg,
+    check: impl Fn(&'static str, u32) -> Result<u32, SummaryError>,
+) -> Result<WindowCosts, SummaryError> {
+    let at = usize::MAX;
+    let n = c.route.len();
+    if c.cpu_samples.len() != n || c.cpu_ns.len() != n || c.requests_unknown.len() != n {
+        return Err(SummaryError::Columns {
+            route: at,
+            what: "route cost",
+        });
+    }
+    if c.request_route.len() != c.request_span.len() {
+        return Err(SummaryError::Columns {
+            route: at,
+            what: "request",
+        });
+    }
+    let cpu = c
+        .cpu_samples
+        .iter()
+        .try_fold(0u64, |sum, &n| sum.checked_add(n));
+    if cpu != Some(msg.cpu_samples) {
+        return Err(SummaryError::Totals {
+            what: "CPU",
+            routes: cpu.unwrap_or(u64::MAX),
+            window: msg.cpu_samples,
+        });
+    }
+    if c.cpu_ns
+        .iter()
+        .try_fold(0u64, |sum, &n| sum.checked_add(n))
+        .is_none()
+    {
+        return Err(SummaryError::Counts {
+            route: at,
+            what: "the routes' CPU time overflows",
+        });
+    }
+    let mut routes = Vec::with_capacity(n);
+    for (((&route, &cpu_samples), &cpu_ns), &requests_unknown) in c
+        .route
+        .iter()
+        .zip(&c.cpu_samples)
+        .zip(&c.cpu_ns)
+        .zip(&c.requests_unknown)
+    {
+        routes.push(RouteCosts {
+            route: check("route cost", route)?,
+            cpu_samples,
+            cpu_ns,
+            requests_unknown,
+        });
+    }
+    let mut requests = Vec::with_capacity(c.request_span.len());
+    for (&route, &id) in c.request_route.iter().zip(&c.request_span) {
+        let id = SpanId::from_u64(id).ok_or(SummaryError::Counts {
+            route: at,
+            what: "a request has span id 0",
+        })?;
+        requests.push((check("request route", route)?, id));
+    }
+    Ok(WindowCosts { routes, requests })
+}
+
+/// One span name's entry, checked: equal columns, string indices, non-zero span ids, and
+/// counts that contradict nothing (a span's samples among its selection's, a frame's among
+/// its selection's), so that no sum a query makes of them can overflow.
+fn span_name_summary(
+    n: SpanNameMsg,
+    check: impl Fn(&'static str, u32) -> Result<u32, SummaryError>,
+) -> Result<SpanNameSummary, SummaryError> {
+    let at = usize::MAX;
+    let len = n.span_id.len();
+    if [
+        n.start_unix_ns.len(),
+        n.end_unix_ns.len(),
+        n.ended.len(),
+        n.samples.len(),
+        n.own_samples.len(),
+    ]
+    .iter()
+    .any(|&l| l != len)
+    {
+        return Err(SummaryError::Columns {
+            route: at,
+            what: "span",
+        });
+    }
+    let selection = |m: Option<SelectionMsg>| -> Result<SelectionSummary, SummaryError> {
+        let m = m.unwrap_or_default();
+        let frames = frame_columns(
+            at,
+            m.wall_samples,
+            [&m.frame_function, &m.frame_file],
+            [&m.frame_self_wall, &m.frame_total_wall],
+            &check,
+        )?;
+        Ok(SelectionSummary {
+            wall_samples: m.wall_samples,
+            cpu_samples: m.cpu_samples,
+            frames,
+        })
+    };
+    let with_descendants = selection(n.with_descendants)?;
+    let own = selection(n.own)?;
+    let sum = |v: &[u64]| v.iter().try_fold(0u64, |s, &x| s.checked_add(x));
+    if own.wall_samples > with_descendants.wall_samples
+        || own.cpu_samples > with_descendants.cpu_samples
+        || sum(&n.samples).is_none_or(|s| s > with_descendants.wall_samples)
+        || sum(&n.own_samples).is_none_or(|s| s > own.wall_samples)
+    {
+        return Err(SummaryError::Counts {
+            route: at,
+            what: "the spans of a name have more samples than the name",
+        });
+    }
+    let mut spans = Vec::with_capacity(len);
+    for i in 0..len {
+        let span_id = SpanId::from_u64(n.span_id[i]).ok_or(SummaryError::Counts {
+            route: at,
+            what: "a span has id 0",
+        })?;
+        spans.push(NamedSpan {
+            span_id,
+            start_unix_ns: n.start_unix_ns[i],
+            end_unix_ns: n.ended[i].then_some(n.end_unix_ns[i]),
+            samples: n.samples[i],
+            own_samples: n.own_samples[i],
+        });
+    }
+    Ok(SpanNameSummary {
+        name: check("span name", n.name)?,
+        spans,
+        with_descendants,
+        own,
     })
 }
 
@@ -522,10 +898,46 @@ mod tests {
         let back = decode_summary(&bytes).unwrap();
         assert_eq!(back.summary, s);
         assert_eq!(back.pprof_len, 99);
+        // Format 2; format 1's end marker; format 2's (tag 21: two bytes of key).
         assert_eq!(
             encode_summary(&WindowSummary::default(), 0),
-            vec![8, 1, 15 << 3, 1]
+            vec![8, 2, 15 << 3, 1, 0xa8, 0x01, 1]
         );
+    }
+
+    #[test]
+    fn a_format_1_summary_still_reads_and_declines_what_it_lacks() {
+        use crate::store::query::Filter;
+        let s = summary();
+        let mut msg = SummaryMsg::decode(encode_summary(&s, 7).as_slice()).unwrap();
+        msg.format = 1;
+        let old = decode_summary(&msg.encode_to_vec()).unwrap().summary;
+        assert!(old.costs.is_none() && old.span_names.is_none());
+        assert!(old.routes.iter().all(|r| r.self_cpu.is_empty()));
+        let f = Filter::default();
+        // What format 1 holds is answered as before.
+        assert_eq!(old.report(&f).unwrap().samples, 309);
+        assert_eq!(old.cpu_by_frame(&f), s.cpu_by_frame(&f));
+        // What it lacks is declined: the window is decoded.
+        assert!(old.self_cpu_by_frame(&f).is_none());
+        assert!(old.route_cpu(&f).is_none());
+        assert!(old.cost_attribution(&f).is_none());
+        let named = Filter::default().span_name("GET /orders", true);
+        assert!(old.span_name_report(&named).is_none());
+        assert!(old.span_name_tally(&named).is_none());
+        // The same summary in format 2 answers all of them.
+        let new = decode_summary(&encode_summary(&s, 7)).unwrap().summary;
+        assert_eq!(new, s);
+        assert_eq!(new.self_cpu_by_frame(&f).unwrap().total, 154);
+        assert!(new.route_cpu(&f).is_some() && new.cost_attribution(&f).is_some());
+        assert!(new.span_name_report(&named).is_some());
+        // A format 2 summary without its end marker is cut short.
+        let mut cut = SummaryMsg::decode(encode_summary(&s, 7).as_slice()).unwrap();
+        cut.complete_2 = false;
+        assert!(matches!(
+            decode_summary(&cut.encode_to_vec()),
+            Err(SummaryError::Incomplete)
+        ));
     }
 
     #[test]
@@ -708,7 +1120,7 @@ mod tests {
             "{e}"
         );
 
-        msg.format = 2;
+        msg.format = 3;
         let e = decode_summary(&msg.encode_to_vec()).unwrap_err();
         assert!(
             e.to_string().contains("another span-profile version"),

@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 
 use serde::Serialize;
-use span_profile_core::{Profile, SpanId};
+use span_profile_core::{Profile, SpanId, SpanRecord};
 
 use crate::store::query::{for_each_sample, span_index, Filter};
 
@@ -87,21 +87,48 @@ impl SpanNameTally {
                 self.samples += s.wall_samples;
                 let Some(c) = s.span else { return };
                 let o = *owner.entry(c.span_id).or_insert_with(|| {
-                    let mut at = Some(c.span_id);
-                    // Bounded by the records: corrupt parent links cannot loop forever.
-                    for _ in 0..=index.len() {
-                        let r = index.get(&at?)?;
-                        if &*r.name == name {
-                            return Some(r.span_id);
-                        }
-                        at = r.parent_span_id;
-                    }
-                    None
+                    let mut found = None;
+                    named_ancestors(
+                        |id| index.get(&id),
+                        index.len(),
+                        c.span_id,
+                        |n, id, _| {
+                            if n == name && found.is_none() {
+                                found = Some(id);
+                            }
+                        },
+                    );
+                    found
                 });
                 if let Some(o) = o.and_then(|o| self.spans.get_mut(&o)) {
                     o.samples += s.wall_samples;
                 }
             });
+        }
+    }
+
+    /// Adds one window's part as its summary holds it: the window's unsampled spans, the
+    /// selected samples, and each span of the name with its samples (those whose nearest
+    /// span of the name, itself or an ancestor, it is). What [`SpanNameTally::add`] adds for
+    /// that window.
+    pub(crate) fn add_window(
+        &mut self,
+        unsampled_spans: u64,
+        samples: u64,
+        period_ns: u64,
+        spans: impl IntoIterator<Item = (SpanId, u64, Option<u64>, u64)>,
+    ) {
+        self.windows += 1;
+        self.unsampled_spans += unsampled_spans;
+        self.samples += samples;
+        for (id, start_unix_ns, end_unix_ns, samples) in spans {
+            let e = self.spans.entry(id).or_default();
+            if e.end_unix_ns.is_none() {
+                e.start_unix_ns = start_unix_ns;
+                e.end_unix_ns = end_unix_ns;
+                e.period_ns = period_ns;
+            }
+            e.samples += samples;
         }
     }
 
@@ -160,6 +187,33 @@ impl SpanNameTally {
             period_ns,
             windows: self.windows,
         }
+    }
+}
+
+/// Walks up from `span_id` through the span records' parent links and calls `f(name, span,
+/// own)` once per distinct span name on the way, with the nearest span of that name (`own`:
+/// it is `span_id`'s own record). This is the rule for which span of a name a sample belongs
+/// to: the nearest one at or above the sample's span. The walk is bounded by the records, so
+/// corrupt parent links cannot loop forever; a span without a record ends it.
+///
+/// `record` finds a span's record among `records` records.
+pub(crate) fn named_ancestors<'a>(
+    record: impl Fn(SpanId) -> Option<&'a SpanRecord>,
+    records: usize,
+    span_id: SpanId,
+    mut f: impl FnMut(&'a str, SpanId, bool),
+) {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut at = Some(span_id);
+    for step in 0..=records {
+        let Some(r) = at.and_then(&record) else {
+            return;
+        };
+        if !seen.contains(&&*r.name) {
+            seen.push(&r.name);
+            f(&r.name, r.span_id, step == 0);
+        }
+        at = r.parent_span_id;
     }
 }
 

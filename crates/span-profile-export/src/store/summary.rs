@@ -14,10 +14,14 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use span_profile_core::{Profile, WindowInfo};
+use span_profile_core::{Profile, SpanId, SpanRecord, WindowInfo};
 
-use crate::store::frames;
-use crate::store::query::{distinct, Filter, FrameCosts, Report, Tally};
+use crate::store::diff::{FrameTally, RouteCpu};
+use crate::store::frames::{self, FrameId};
+use crate::store::query::{
+    distinct, spans_dropped, CostAttribution, Filter, FrameCosts, Report, Tally,
+};
+use crate::store::span_name::{named_ancestors, SpanNameTally};
 
 /// One window, summarized by route. Strings are kept once in [`WindowSummary::strings`] and
 /// referenced by index; [`WindowSummary::string`] reads an index as `""` when it is out of
@@ -58,6 +62,18 @@ pub struct WindowSummary {
     /// All routes' counts added up (its `route` is unused), when the summary has them: they
     /// answer the questions that select no route without adding up every route.
     pub all_routes: Option<RouteSummary>,
+    /// The window's sampling period in nanoseconds (0 in a summary of format 1).
+    pub period_ns: u64,
+    /// Spans of any name that the window left out for having no sample.
+    pub unsampled_spans: u64,
+    /// CPU time, requests and lost spans by route, and with them the self CPU by leaf frame
+    /// of every route ([`RouteSummary::self_cpu`]). `None` in a summary of format 1, which
+    /// then declines the questions that need them (its window is decoded).
+    pub costs: Option<WindowCosts>,
+    /// The window's samples by span name, one entry per name in its span table, sorted by
+    /// name. `None` in a summary of format 1, and when a reader decoded no span names
+    /// ([`SummaryScope`]).
+    pub span_names: Option<Vec<SpanNameSummary>>,
     /// What of the summary was read ([`SummaryScope::Whole`] unless a reader decoded only the
     /// part a question needs).
     pub scope: SummaryScope,
@@ -78,9 +94,14 @@ pub struct Deployment {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SummaryScope {
-    /// Every route, and the total of all routes if the summary has one.
+    /// Every route, the total of all routes if the summary has one, and every span name.
     #[default]
     Whole,
+    /// Every route, without the span names: what questions by route need.
+    Routes,
+    /// This span name's entry alone (none if the window has no span of it): answers filters
+    /// that select spans by this name and no route.
+    SpanName(String),
     /// This route's entry alone (none if the window has no samples of it): answers filters
     /// that select this route.
     Route(String),
@@ -96,11 +117,19 @@ impl SummaryScope {
     /// The least a summary must hold to answer `filter`, `by_route` for questions that break
     /// CPU down by route.
     pub fn needed(filter: &Filter, by_route: bool) -> Self {
+        if let Some(name) = &filter.span_name {
+            return SummaryScope::SpanName(name.clone());
+        }
         match &filter.route {
             Some(r) => SummaryScope::Route(r.clone()),
-            None if by_route => SummaryScope::Whole,
+            None if by_route => SummaryScope::Routes,
             None => SummaryScope::AllRoutes,
         }
+    }
+
+    /// Whether every route's entry is read.
+    fn has_every_route(&self) -> bool {
+        matches!(self, SummaryScope::Whole | SummaryScope::Routes)
     }
 }
 
@@ -120,6 +149,86 @@ pub struct RouteSummary {
     pub function_cpu: Vec<(u32, u64)>,
     /// CPU samples by the function of the outermost frame (`""` for an empty stack).
     pub root_cpu: Vec<(u32, u64)>,
+    /// CPU samples by leaf frame (self CPU), as [`leaf_frame`](frames::leaf_frame) finds
+    /// it; a stack without a frame has no entry, so these add up to at most `cpu_samples`.
+    /// Empty in a summary of format 1 (see [`WindowSummary::costs`]).
+    pub self_cpu: Vec<LeafCpu>,
+}
+
+/// A leaf frame's CPU samples in one route of a window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeafCpu {
+    /// Function name (index into [`WindowSummary::strings`]).
+    pub function: u32,
+    /// File name (index into [`WindowSummary::strings`]).
+    pub file: u32,
+    /// CPU samples where it is the leaf.
+    pub cpu_samples: u64,
+}
+
+/// A window's CPU time and requests by route: what CPU per request and a service's cost
+/// attribution need beyond sample counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WindowCosts {
+    /// One entry per route label with samples, sorted by route name.
+    pub routes: Vec<RouteCosts>,
+    /// The requests: (route label, local-root span id) of every local-root span record with
+    /// a route, sorted, each pair once.
+    pub requests: Vec<(u32, SpanId)>,
+}
+
+/// One route's CPU in a window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteCosts {
+    /// The route label (index into [`WindowSummary::strings`]).
+    pub route: u32,
+    /// CPU samples with this route.
+    pub cpu_samples: u64,
+    /// CPU time of those samples, nanoseconds.
+    pub cpu_ns: u64,
+    /// Some of its samples on CPU lost their spans (a roll-up keeps no span tables), so its requests
+    /// cannot be counted.
+    pub requests_unknown: bool,
+}
+
+/// The samples of one span name in a window, as [`Filter::span_name`] selects them, with the
+/// spans of that name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpanNameSummary {
+    /// The span name (index into [`WindowSummary::strings`]).
+    pub name: u32,
+    /// Every span of the name in the window's span table, by span id.
+    pub spans: Vec<NamedSpan>,
+    /// The samples of the spans and of every span below one.
+    pub with_descendants: SelectionSummary,
+    /// The samples taken while a span of the name was the innermost span.
+    pub own: SelectionSummary,
+}
+
+/// A span of a [`SpanNameSummary`]'s name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedSpan {
+    /// Its id.
+    pub span_id: SpanId,
+    /// Start, Unix nanoseconds.
+    pub start_unix_ns: u64,
+    /// End, Unix nanoseconds; `None` while open.
+    pub end_unix_ns: Option<u64>,
+    /// Wall samples whose nearest span of the name (itself or an ancestor) it is.
+    pub samples: u64,
+    /// Wall samples with this exact span id.
+    pub own_samples: u64,
+}
+
+/// Some samples of a window, counted by frame.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SelectionSummary {
+    /// Wall samples.
+    pub wall_samples: u64,
+    /// CPU samples.
+    pub cpu_samples: u64,
+    /// Every frame on their stacks, with its wall samples.
+    pub frames: Vec<FrameSummary>,
 }
 
 /// A frame's wall samples in one route of a window.
@@ -156,9 +265,12 @@ impl<'a> Strings<'a> {
 struct RouteCounts {
     wall: u64,
     cpu: u64,
+    cpu_ns: u64,
+    requests_unknown: bool,
     frames: FrameCosts<(u32, u32)>,
     function_cpu: FxHashMap<u32, u64>,
     root_cpu: FxHashMap<u32, u64>,
+    self_cpu: FxHashMap<(u32, u32), u64>,
 }
 
 impl RouteCounts {
@@ -166,8 +278,12 @@ impl RouteCounts {
     fn add(&mut self, other: &RouteCounts) {
         self.wall += other.wall;
         self.cpu += other.cpu;
+        self.cpu_ns += other.cpu_ns;
         for (key, self_wall, total_wall) in other.frames.iter() {
             self.frames.add(key, self_wall, total_wall);
+        }
+        for (&k, &n) in &other.self_cpu {
+            *self.self_cpu.entry(k).or_default() += n;
         }
         for (into, from) in [
             (&mut self.function_cpu, &other.function_cpu),
@@ -181,24 +297,63 @@ impl RouteCounts {
 
     /// The route's entry, in a stable order.
     fn finish(self, route: u32) -> RouteSummary {
-        let mut frames: Vec<FrameSummary> = self
-            .frames
-            .iter()
-            .map(|((function, file), self_wall, total_wall)| FrameSummary {
+        let mut self_cpu: Vec<LeafCpu> = self
+            .self_cpu
+            .into_iter()
+            .map(|((function, file), cpu_samples)| LeafCpu {
                 function,
                 file,
-                self_wall,
-                total_wall,
+                cpu_samples,
             })
             .collect();
-        frames.sort_unstable_by_key(|f| (f.function, f.file));
+        self_cpu.sort_unstable_by_key(|l| (l.function, l.file));
         RouteSummary {
             route,
             wall_samples: self.wall,
             cpu_samples: self.cpu,
-            frames,
+            frames: frame_summaries(&self.frames),
             function_cpu: sorted(self.function_cpu),
             root_cpu: sorted(self.root_cpu),
+            self_cpu,
+        }
+    }
+}
+
+/// Frame counts in a stable order.
+fn frame_summaries(costs: &FrameCosts<(u32, u32)>) -> Vec<FrameSummary> {
+    let mut frames: Vec<FrameSummary> = costs
+        .iter()
+        .map(|((function, file), self_wall, total_wall)| FrameSummary {
+            function,
+            file,
+            self_wall,
+            total_wall,
+        })
+        .collect();
+    frames.sort_unstable_by_key(|f| (f.function, f.file));
+    frames
+}
+
+/// One span name's counts while a window is summarized.
+#[derive(Default)]
+struct SelectionCounts {
+    wall: u64,
+    cpu: u64,
+    frames: FrameCosts<(u32, u32)>,
+}
+
+impl SelectionCounts {
+    fn add(&mut self, stack: impl IntoIterator<Item = (u32, u32)>, wall: u64, cpu: u64) {
+        self.wall += wall;
+        self.cpu += cpu;
+        self.frames.add_stack(stack, wall);
+    }
+
+    fn finish(&self) -> SelectionSummary {
+        SelectionSummary {
+            wall_samples: self.wall,
+            cpu_samples: self.cpu,
+            frames: frame_summaries(&self.frames),
         }
     }
 }
@@ -215,12 +370,30 @@ impl WindowSummary {
             .map(|f| (strings.intern(&f.function), strings.intern(&f.file)))
             .collect();
         let empty = strings.intern("");
+        // The window's span records by id, an ended record winning over an open one (as
+        // `query::span_index` has them), borrowed: a busy window has thousands.
+        let mut index: FxHashMap<SpanId, &SpanRecord> = FxHashMap::default();
+        for r in &p.spans {
+            match index.get(&r.span_id) {
+                Some(e) if e.end_unix_ns.is_some() => {}
+                _ => {
+                    index.insert(r.span_id, r);
+                }
+            }
+        }
+        let mut by_name: FxHashMap<&str, (SelectionCounts, SelectionCounts)> = FxHashMap::default();
+        // (samples with descendants, own samples) by span id of a named span.
+        let mut owned: FxHashMap<SpanId, (u64, u64)> = FxHashMap::default();
         let mut routes: FxHashMap<&str, RouteCounts> = FxHashMap::default();
         let mut seen = FxHashSet::default();
         for s in &p.samples {
             let r = routes.entry(&s.route).or_default();
             r.wall += s.wall_samples;
             r.cpu += s.cpu_samples;
+            r.cpu_ns += s.cpu_ns;
+            if (s.cpu_samples > 0 || s.cpu_ns > 0) && spans_dropped(p, s) {
+                r.requests_unknown = true;
+            }
             // `keys` has one entry per frame: an out-of-range index is skipped, as
             // `Profile::stack_frames` skips it.
             let stack = || {
@@ -231,8 +404,27 @@ impl WindowSummary {
                     .filter_map(|&f| keys.get(f as usize).copied())
             };
             r.frames.add_stack(stack(), s.wall_samples);
+            if let Some(c) = s.span {
+                // Each span name at or above the sample's span, with its nearest span of that
+                // name and whether that is the span itself.
+                let record = |id| index.get(&id).copied();
+                named_ancestors(record, index.len(), c.span_id, |name, id, own| {
+                    let (all, mine) = by_name.entry(name).or_default();
+                    let o = owned.entry(id).or_default();
+                    all.add(stack(), s.wall_samples, s.cpu_samples);
+                    o.0 += s.wall_samples;
+                    if own {
+                        mine.add(stack(), s.wall_samples, s.cpu_samples);
+                        o.1 += s.wall_samples;
+                    }
+                });
+            }
             if s.cpu_samples == 0 {
                 continue;
+            }
+            // The leaf is the first frame the stack resolves to (`frames::leaf_frame`).
+            if let Some(leaf) = stack().next() {
+                *r.self_cpu.entry(leaf).or_default() += s.cpu_samples;
             }
             distinct(&mut seen, stack().map(|(function, _)| function), |f| {
                 *r.function_cpu.entry(f).or_default() += s.cpu_samples;
@@ -243,12 +435,56 @@ impl WindowSummary {
         let mut names: Vec<&str> = routes.keys().copied().collect();
         names.sort_unstable();
         let mut all = RouteCounts::default();
+        let mut costs = WindowCosts::default();
         let routes: Vec<RouteSummary> = names
             .into_iter()
             .map(|name| {
                 let c = routes.remove(name).unwrap_or_default();
                 all.add(&c);
-                c.finish(strings.intern(name))
+                let route = strings.intern(name);
+                costs.routes.push(RouteCosts {
+                    route,
+                    cpu_samples: c.cpu,
+                    cpu_ns: c.cpu_ns,
+                    requests_unknown: c.requests_unknown,
+                });
+                c.finish(route)
+            })
+            .collect();
+        for r in index.values() {
+            if let Some(route) = r.route.as_deref() {
+                if r.span_id == r.local_root_span_id {
+                    costs.requests.push((strings.intern(route), r.span_id));
+                }
+            }
+        }
+        costs.requests.sort_unstable();
+        costs.requests.dedup();
+        // Every span name of the span table, with its spans, sorted by name.
+        let mut named: FxHashMap<&str, Vec<NamedSpan>> = FxHashMap::default();
+        for r in index.values() {
+            let (samples, own_samples) = owned.get(&r.span_id).copied().unwrap_or_default();
+            named.entry(&r.name).or_default().push(NamedSpan {
+                span_id: r.span_id,
+                start_unix_ns: r.start_unix_ns,
+                end_unix_ns: r.end_unix_ns,
+                samples,
+                own_samples,
+            });
+        }
+        let mut span_names: Vec<(&str, Vec<NamedSpan>)> = named.into_iter().collect();
+        span_names.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let span_names = span_names
+            .into_iter()
+            .map(|(name, mut spans)| {
+                spans.sort_unstable_by_key(|s| s.span_id);
+                let (all, own) = by_name.remove(name).unwrap_or_default();
+                SpanNameSummary {
+                    name: strings.intern(name),
+                    spans,
+                    with_descendants: all.finish(),
+                    own: own.finish(),
+                }
             })
             .collect();
         WindowSummary {
@@ -265,6 +501,10 @@ impl WindowSummary {
             strings: strings.table,
             routes,
             all_routes: Some(all.finish(0)),
+            period_ns: p.period_ns,
+            unsampled_spans: p.stats.unsampled_spans,
+            costs: Some(costs),
+            span_names: Some(span_names),
             scope: SummaryScope::Whole,
         }
     }
@@ -284,10 +524,13 @@ impl WindowSummary {
         }
     }
 
-    /// Whether summaries can answer `filter`: it names no span (by id or by name) and no
-    /// trace.
+    /// Whether summaries can answer `filter`: it names no span id and no trace, and no
+    /// route if it names spans by name (a summary keeps a span name's samples for all
+    /// routes together).
     pub fn answers(filter: &Filter) -> bool {
-        filter.span_id.is_none() && filter.span_name.is_none() && filter.trace_id.is_none()
+        filter.span_id.is_none()
+            && filter.trace_id.is_none()
+            && (filter.span_name.is_none() || filter.route.is_none())
     }
 
     /// Whether this summary can answer `filter`: summaries [`answer`](WindowSummary::answers)
@@ -312,15 +555,17 @@ impl WindowSummary {
         filter: &'a Filter,
         by_route: bool,
     ) -> Option<impl Iterator<Item = &'a RouteSummary> + 'a> {
-        if !self.can_answer(filter) {
+        // Span names are answered by `span_name_report` and `span_name_tally` alone.
+        if !self.can_answer(filter) || filter.span_name.is_some() {
             return None;
         }
+        let every_route = self.scope.has_every_route();
         let entries: &[RouteSummary] = match (&filter.route, &self.scope, &self.all_routes) {
-            (Some(_), SummaryScope::Whole, _) => &self.routes,
+            (Some(_), _, _) if every_route => &self.routes,
             (Some(want), SummaryScope::Route(read), _) if want == read => &self.routes,
             (Some(_), _, _) => return None,
             (None, _, Some(all)) if !by_route => std::slice::from_ref(all),
-            (None, SummaryScope::Whole, _) => &self.routes,
+            (None, _, _) if every_route => &self.routes,
             (None, _, _) => return None,
         };
         let window = filter.matches(&self.info());
@@ -408,6 +653,173 @@ impl WindowSummary {
         })
     }
 
+    /// [`crate::store::diff::self_cpu_by_frame`] of this window: self CPU by leaf frame, or
+    /// `None` when the summary cannot answer (a span or trace filter, or a summary of format
+    /// 1, which has no self CPU).
+    pub fn self_cpu_by_frame(&self, filter: &Filter) -> Option<FrameTally> {
+        self.costs.as_ref()?;
+        let mut t = FrameTally::default();
+        for route in self.selected(filter, false)? {
+            t.total += route.cpu_samples;
+            for l in &route.self_cpu {
+                let key = FrameId::new(self.string(l.function), self.string(l.file));
+                *t.counts.entry(key).or_default() += l.cpu_samples;
+            }
+        }
+        Some(t)
+    }
+
+    /// The routes of [`WindowSummary::costs`] that `filter` selects, or `None` if the
+    /// summary cannot answer it. None for a window the filter leaves out.
+    fn selected_costs<'a>(
+        &'a self,
+        filter: &'a Filter,
+    ) -> Option<(
+        impl Iterator<Item = &'a RouteCosts> + 'a,
+        impl Iterator<Item = &'a (u32, SpanId)> + 'a,
+    )> {
+        let costs = self.costs.as_ref()?;
+        if !self.can_answer(filter) || filter.span_name.is_some() {
+            return None;
+        }
+        let window = filter.matches(&self.info());
+        let wanted = move |route: u32| {
+            window
+                && filter
+                    .route
+                    .as_deref()
+                    .is_none_or(|want| self.string(route) == want)
+        };
+        Some((
+            costs.routes.iter().filter(move |r| wanted(r.route)),
+            costs.requests.iter().filter(move |(r, _)| wanted(*r)),
+        ))
+    }
+
+    /// [`crate::store::diff::route_cpu`] of this window, or `None` when the summary cannot
+    /// answer (as [`WindowSummary::self_cpu_by_frame`]).
+    pub fn route_cpu(&self, filter: &Filter) -> Option<RouteCpu> {
+        let (routes, requests) = self.selected_costs(filter)?;
+        let mut t = RouteCpu::default();
+        for r in routes.filter(|r| r.cpu_ns > 0) {
+            *t.cpu_ns.entry(self.string(r.route).to_owned()).or_default() += r.cpu_ns;
+        }
+        for &(route, id) in requests {
+            t.requests
+                .entry(self.string(route).to_owned())
+                .or_default()
+                .insert(id);
+        }
+        Some(t)
+    }
+
+    /// [`crate::store::query::cost_attribution`] of this window, or `None` when the summary
+    /// cannot answer (as [`WindowSummary::self_cpu_by_frame`]).
+    pub fn cost_attribution(&self, filter: &Filter) -> Option<CostAttribution> {
+        let mut a = CostAttribution::default();
+        for route in self.selected(filter, false)? {
+            let mut leaves = 0;
+            for l in &route.self_cpu {
+                let key = (
+                    self.string(l.function).to_owned(),
+                    self.string(l.file).to_owned(),
+                );
+                *a.self_cpu.entry(key).or_default() += l.cpu_samples;
+                leaves += l.cpu_samples;
+            }
+            // CPU samples of stacks without a frame: the attribution counts them under no
+            // function in no file.
+            if route.cpu_samples > leaves {
+                *a.self_cpu.entry(Default::default()).or_default() += route.cpu_samples - leaves;
+            }
+        }
+        let (routes, requests) = self.selected_costs(filter)?;
+        for r in routes.filter(|r| r.cpu_samples > 0 || r.cpu_ns > 0) {
+            a.cpu_samples += r.cpu_samples;
+            a.cpu_ns += r.cpu_ns;
+            let e = a.routes.entry(self.string(r.route).to_owned()).or_default();
+            e.cpu_samples += r.cpu_samples;
+            e.cpu_ns += r.cpu_ns;
+            e.requests_unknown |= r.requests_unknown;
+        }
+        for &(route, id) in requests {
+            a.routes
+                .entry(self.string(route).to_owned())
+                .or_default()
+                .requests
+                .insert(id);
+        }
+        Some(a)
+    }
+
+    /// The entry of `filter`'s span name (`Some(None)`: the window has no span of it), or
+    /// `None` if this summary cannot answer `filter` by span name.
+    fn span_name_entry(&self, filter: &Filter) -> Option<Option<&SpanNameSummary>> {
+        let name = filter.span_name.as_deref()?;
+        if !self.can_answer(filter) || filter.route.is_some() {
+            return None;
+        }
+        match &self.scope {
+            SummaryScope::Whole => {}
+            SummaryScope::SpanName(read) if read == name => {}
+            _ => return None,
+        }
+        let names = self.span_names.as_ref()?;
+        Some(names.iter().find(|n| self.string(n.name) == name))
+    }
+
+    /// [`crate::store::query::report`] of this window for a filter by span name (and by
+    /// service, version, environment, instance or time, but not by route), or `None` when
+    /// the summary cannot answer it. Like [`WindowSummary::report`], it has no entry path.
+    pub fn span_name_report(&self, filter: &Filter) -> Option<Report> {
+        let entry = self.span_name_entry(filter)?;
+        let mut r = Report::default();
+        if !filter.matches(&self.info()) {
+            return Some(r);
+        }
+        r.add_window(self.wall_samples, self.cpu_samples);
+        if let Some(e) = entry {
+            let sel = match filter.with_children {
+                true => &e.with_descendants,
+                false => &e.own,
+            };
+            r.samples = sel.wall_samples;
+            r.cpu_samples = sel.cpu_samples;
+            let mut costs: FrameCosts<(&str, &str)> = FrameCosts::default();
+            for f in &sel.frames {
+                let key = (self.string(f.function), self.string(f.file));
+                costs.add(key, f.self_wall, f.total_wall);
+            }
+            r.frames = costs.into_frames();
+        }
+        Some(r)
+    }
+
+    /// What [`SpanNameTally::add`] adds for this window, or `None` when the summary cannot
+    /// answer `filter` (as [`WindowSummary::span_name_report`]).
+    pub fn span_name_tally(&self, filter: &Filter) -> Option<SpanNameTally> {
+        let entry = self.span_name_entry(filter)?;
+        let mut t = SpanNameTally::default();
+        if !filter.matches(&self.info()) {
+            return Some(t);
+        }
+        let with_children = filter.with_children;
+        let samples = entry.map_or(0, |e| match with_children {
+            true => e.with_descendants.wall_samples,
+            false => e.own.wall_samples,
+        });
+        let spans = entry.into_iter().flat_map(|e| &e.spans).map(|s| {
+            let n = if with_children {
+                s.samples
+            } else {
+                s.own_samples
+            };
+            (s.span_id, s.start_unix_ns, s.end_unix_ns, n)
+        });
+        t.add_window(self.unsampled_spans, samples, self.period_ns, spans);
+        Some(t)
+    }
+
     /// A tally over the selected routes: their CPU samples as the total, keys from `add`.
     fn tally(
         &self,
@@ -457,6 +869,7 @@ mod tests {
                 }],
                 function_cpu: vec![(9, 1)],
                 root_cpu: vec![(u32::MAX, 1)],
+                self_cpu: Vec::new(),
             }],
             ..WindowSummary::default()
         };
