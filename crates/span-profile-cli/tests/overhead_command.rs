@@ -5,40 +5,11 @@
 //! (`scripts/test-python.sh` builds them) or `$SPAN_PROFILE_PYTHON`. Without one the test is
 //! skipped with a note, unless `CI` is set, in which case it fails.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn python_with_agent() -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("SPAN_PROFILE_PYTHON")
-        .map(PathBuf::from)
-        .into_iter()
-        .collect();
-    let venvs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/venvs");
-    if let Ok(dir) = std::fs::read_dir(&venvs) {
-        let mut found: Vec<PathBuf> = dir
-            .filter_map(|e| e.ok())
-            .map(|e| e.path().join("bin/python"))
-            .filter(|p| p.exists())
-            .collect();
-        found.sort();
-        candidates.extend(found);
-    }
-    candidates.into_iter().find(|p| {
-        Command::new(p)
-            .args(["-c", "import span_profile"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
-}
 
 #[test]
 fn overhead_reports_both_arms_and_the_budget() {
-    let Some(python) = python_with_agent() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "a Python with span_profile installed is required in CI"
-        );
-        eprintln!("note: skipping: no Python with span_profile under target/venvs (run scripts/test-python.sh)");
+    let Some(python) = span_profile_test::python_with_agent() else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("overhead-test-{}", std::process::id()));

@@ -29,6 +29,7 @@ pub(crate) struct RowIndex {
 impl RowIndex {
     /// The slot `key` probes from. The table must have slots: `get` checks, and `place` runs
     /// only after `grow`.
+    #[inline]
     fn home<K: Hash>(&self, key: &K) -> usize {
         MixBuild::default().hash_one(key) as usize & (self.slots.len() - 1)
     }
@@ -39,6 +40,7 @@ impl RowIndex {
     }
 
     /// The row of `key` among `entries`, if it was inserted.
+    #[inline]
     pub(crate) fn get<K: Hash + Eq, V>(&self, entries: &[(K, V)], key: &K) -> Option<u32> {
         if self.slots.is_empty() {
             return None;

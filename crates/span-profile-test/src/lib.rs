@@ -326,6 +326,45 @@ pub fn pyenv_versions() -> std::path::PathBuf {
     root.join("versions")
 }
 
+/// A Python of this checkout's venvs (`target/venvs/*`, which `scripts/test-python.sh` builds)
+/// or `$SPAN_PROFILE_PYTHON` that imports `span_profile`, for the specs that run the agent. None
+/// means skip the test, with a note; on CI (`CI` set) a missing one is a failure instead.
+///
+/// ```no_run
+/// let Some(python) = span_profile_test::python_with_agent() else { return };
+/// assert!(python.exists());
+/// ```
+pub fn python_with_agent() -> Option<std::path::PathBuf> {
+    let mut candidates: Vec<std::path::PathBuf> = std::env::var_os("SPAN_PROFILE_PYTHON")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .collect();
+    let venvs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/venvs");
+    if let Ok(dir) = std::fs::read_dir(&venvs) {
+        let mut found: Vec<std::path::PathBuf> = dir
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin/python"))
+            .filter(|p| p.exists())
+            .collect();
+        found.sort();
+        candidates.extend(found);
+    }
+    let found = candidates.into_iter().find(|p| {
+        std::process::Command::new(p)
+            .args(["-c", "import span_profile"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "a Python with span_profile installed is required in CI (scripts/test-python.sh builds one)"
+        );
+        eprintln!("note: skipping: no Python with span_profile under target/venvs (run scripts/test-python.sh)");
+    }
+    found
+}
+
 /// Whether `go` can run. If not, a test that needs `go tool pprof` is skipped, except on CI
 /// (`CI` set), where the suite installs Go (Debian: golang-go) and a missing `go` is a
 /// failure.

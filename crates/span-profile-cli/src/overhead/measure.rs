@@ -33,7 +33,7 @@ pub(super) struct RunResult {
 }
 
 /// utime + stime of `pid` in seconds, and whether it has exited (a zombie not yet reaped).
-fn proc_cpu(pid: u32) -> Option<(f64, bool)> {
+pub(super) fn proc_cpu(pid: u32) -> Option<(f64, bool)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = stat.rsplit_once(')')?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -85,7 +85,9 @@ fn py_spy_path(args: &OverheadArgs, python: &str) -> PathBuf {
     PathBuf::from("py-spy")
 }
 
-pub(super) fn run_once(args: &OverheadArgs, arm: Arm, run: usize, sink: &str) -> Result<RunResult> {
+/// The command of one arm: the runner (under py-spy for that arm) with the arm's settings in
+/// its environment, stdin closed and stdout and stderr piped.
+pub(super) fn arm_command(args: &OverheadArgs, arm: Arm, sink: &str) -> Result<Command> {
     let (python, rest) = args
         .command
         .split_first()
@@ -116,6 +118,11 @@ pub(super) fn run_once(args: &OverheadArgs, arm: Arm, run: usize, sink: &str) ->
             .env("DD_PROFILING_ENABLED", "true")
             .env("DD_INSTRUMENTATION_TELEMETRY_ENABLED", "false");
     }
+    Ok(cmd)
+}
+
+pub(super) fn run_once(args: &OverheadArgs, arm: Arm, run: usize, sink: &str) -> Result<RunResult> {
+    let mut cmd = arm_command(args, arm, sink)?;
     let t0 = Instant::now();
     let mut child = cmd
         .spawn()

@@ -16,10 +16,17 @@
 //! it is runs per second of wall time (1 / wall). When the workload reports `agent_cpu_pct`
 //! (CPU of threads it did not start), that figure is used for in-process peers.
 //!
+//! With `--rate-rps N --url URL` the command is a service instead, and each arm gets a fixed,
+//! open-loop load from a generator in this process ([`loadgen`]); the report is CPU per request,
+//! latency from scheduled arrival, RSS and the sample rate, each arm paired with the none run
+//! of its round ([`fixed`], ADR 0030).
+//!
 //! The pieces: `runner.py` (the Python runner, embedded), [`measure`] (one run of one arm and
 //! what it measured), [`sink`] (the local HTTP endpoint peers upload to) and [`report`]
 //! (spreads, ratios, the budget verdict and its text).
 
+mod fixed;
+mod loadgen;
 mod measure;
 mod report;
 mod sink;
@@ -79,6 +86,27 @@ pub(crate) struct OverheadArgs {
     /// The py-spy executable (default: `py-spy` next to the Python interpreter, else on PATH).
     #[arg(long, value_name = "PATH")]
     py_spy: Option<PathBuf>,
+    /// Fixed-load mode: COMMAND is a service; send it this many requests a second (open loop,
+    /// paced by the clock) and report CPU per request, latency and RSS. Needs --url.
+    #[arg(long, value_name = "N", requires = "url")]
+    rate_rps: Option<f64>,
+    /// Fixed-load mode: the URL each request GETs (`http://HOST:PORT/PATH`; `i=N` is added to
+    /// its query). The service must listen there once started. Needs --rate-rps.
+    #[arg(long, value_name = "URL", requires = "rate_rps")]
+    url: Option<String>,
+    /// Fixed-load mode: seconds of load measured in each run.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Fixed-load mode: seconds of load sent before measuring (not counted).
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Fixed-load mode: connections (and sender threads) of the load generator; an arrival that
+    /// finds them all busy waits, and the wait counts in its latency.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Fixed-load mode: how arrivals are spaced.
+    #[arg(long, value_enum, default_value_t = loadgen::Arrivals::Poisson)]
+    arrivals: loadgen::Arrivals,
     /// The workload: `python app.py ARGS` (or `python -m module ARGS`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -98,13 +126,16 @@ pub(crate) fn run(args: &OverheadArgs, json: bool) -> Result<u8> {
             arms.push(*a);
         }
     }
+    if let (Some(rate_rps), Some(url)) = (args.rate_rps, &args.url) {
+        return run_fixed(args, &arms, rate_rps, url, json);
+    }
     let sink = sink::start()?;
     let mut runs = Vec::new();
     for i in 0..args.runs {
         for &arm in &arms {
             let r = run_once(args, arm, i, &sink)?;
             if !json {
-                eprintln!(
+                errln!(
                     "run {}/{} {:<12} wall {:.2}s throughput {:.2} cpu {:.2}s rss {:.1} MB{}",
                     i + 1,
                     args.runs,
@@ -177,4 +208,76 @@ pub(crate) fn run(args: &OverheadArgs, json: bool) -> Result<u8> {
         Some(false) => 1,
         _ => 0,
     })
+}
+
+/// The fixed-load mode (`--rate-rps N --url URL`): see [`fixed`].
+fn run_fixed(
+    args: &OverheadArgs,
+    arms: &[Arm],
+    rate_rps: f64,
+    url: &str,
+    json: bool,
+) -> Result<u8> {
+    if !(rate_rps.is_finite() && rate_rps > 0.0 && rate_rps <= 100_000.0) {
+        return Err(
+            Usage("--rate-rps is requests per second, above 0 (at most 100000)".into()).into(),
+        );
+    }
+    if !(args.duration.is_finite() && args.duration > 0.0) {
+        return Err(Usage("--duration is seconds of measured load, above 0".into()).into());
+    }
+    if !(args.warmup.is_finite() && args.warmup >= 0.0) {
+        return Err(Usage("--warmup is seconds of load before measuring, 0 or more".into()).into());
+    }
+    if args.connections == 0 || args.connections > 4096 {
+        return Err(Usage("--connections is between 1 and 4096".into()).into());
+    }
+    let load = fixed::Load {
+        target: loadgen::Target::parse(url).map_err(Usage)?,
+        url: url.to_string(),
+        rate_rps,
+        duration: std::time::Duration::from_secs_f64(args.duration),
+        warmup: std::time::Duration::from_secs_f64(args.warmup),
+        connections: args.connections,
+        arrivals: args.arrivals,
+    };
+    let sink = sink::start()?;
+    let mut runs = Vec::new();
+    for i in 0..args.runs {
+        for &arm in arms {
+            let r = fixed::run_once(args, &load, arm, i, &sink)?;
+            if !json {
+                eprintln!(
+                    "run {}/{} {:<12} {}/{} ok, CPU {:.3} ms/request, p99 {} ms",
+                    i + 1,
+                    args.runs,
+                    r.arm,
+                    r.load.completed,
+                    r.load.sent,
+                    r.cpu_ms_per_req.unwrap_or(f64::NAN),
+                    r.load.p99_ms.map_or("n/a".into(), |v| format!("{v:.1}")),
+                );
+            }
+            runs.push(r);
+        }
+    }
+    let report = fixed::FixedReport {
+        mode: "fixed-load",
+        command: args.command.clone(),
+        url: url.to_string(),
+        rate_rps,
+        arrivals: args.arrivals,
+        duration_s: args.duration,
+        warmup_s: args.warmup,
+        rate: args.rate,
+        budget: args.budget,
+        arms: fixed::summarize(arms, &runs),
+        runs,
+    };
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        out!("{}", fixed::render(&report));
+    }
+    Ok(0)
 }

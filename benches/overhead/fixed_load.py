@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Overhead at a fixed load: what a profiler costs a service per request and in tail latency when
+requests arrive at a set rate (open loop), against no profiler and against the peers.
+
+    python benches/overhead/fixed_load.py --python target/venvs/bench-3.12/bin/python \\
+        --bench ../shared/bench --services threads asyncio fastapi --loads 0.3 0.7 --runs 5 --duration 10
+    python benches/overhead/fixed_load.py --python ... --smoke      # one short pass per arm, untimed
+
+For each service (fixed_load_service.py: threads, asyncio, FastAPI on uvicorn) and each load
+level (a fraction of one core, turned into a request rate by a calibration run without a
+profiler), every arm runs in turn (none A B C ... none A B C ..., --runs times). Each run starts
+the service under the arm, sends --warmup seconds of load, then measures --duration seconds of
+load from fixed_load_client.py (another process, Poisson arrivals at the rate, latency from the
+scheduled arrival to the end of the response). Per run:
+
+  cpu_ms_per_req  the service process's utime+stime over the measured load (/proc/<pid>/stat: all
+                  its threads, so the agent's threads, the span hooks on the request threads and
+                  any interference count), plus py-spy's own for that arm, per completed request
+  p50/p99/p999_ms latency from scheduled arrival to completion
+  rss_steady_mb   median VmRSS over the second half of the measured load; rss_peak_mb: VmHWM
+                  (py-spy's own VmHWM is given apart, as profiler_rss_mb)
+  sample_hz       span_profile: ticks per second from span_profile.stats(); py-spy: the samples it
+                  reports at exit over its run time (every thread's samples); others: not readable
+
+Arms: none, span_profile-full (100 Hz, budget off), span_profile (100 Hz, default budget), py-spy
+(record -r 100 --nonblocking, out of process), pyroscope (pyroscope-io + pyroscope-otel), ddtrace
+(ddtrace.auto with its OpenTelemetry bridge, DD_TRACE_OTEL_ENABLED, and profiling on), and, only when
+asked for, ddtrace-100hz (the same with its adaptive sampling off and its interval at 10 ms). A peer that
+is not installed in --python is skipped with a note. Peers upload to a local sink in this process.
+
+The table gives, per service, load and arm, the median over runs and, against the none run of the
+same round, the paired change (median [min-max] of the per-round ratios). A run whose service did
+not keep up (responses still out --drain seconds after the last arrival) is counted in the last
+column and left out of the figures.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ARMS = ["none", "span_profile-full", "span_profile", "py-spy", "pyroscope", "ddtrace", "ddtrace-100hz"]
+DEFAULT_ARMS = ARMS[:-1]
+
+
+def proc_cpu_s(pid):
+    """utime + stime of a process (all its threads, the exited ones included), in seconds."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_status_mb(pid, key):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+class Sink(BaseHTTPRequestHandler):
+    """Accepts any upload (pyroscope's POSTs, ddtrace's PUTs of traces and POSTs of profiles)."""
+    protocol_version = "HTTP/1.1"
+
+    def _ok(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b"{}"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_PUT = _ok
+
+    def log_message(self, *a):
+        pass
+
+
+def start_sink():
+    ThreadingHTTPServer.daemon_threads = True
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return "http://127.0.0.1:%d" % srv.server_address[1]
+
+
+def arm_available(args, arm):
+    """None when the arm can run with --python, else why not."""
+    if arm == "py-spy":
+        return None if os.access(pyspy_path(args), os.X_OK) else "no py-spy next to --python"
+    mod = {"span_profile-full": "span_profile", "span_profile": "span_profile", "pyroscope": "pyroscope.otel",
+           "ddtrace": "ddtrace.opentelemetry", "ddtrace-100hz": "ddtrace.opentelemetry"}.get(arm)
+    if mod is None:
+        return None
+    rc = subprocess.run([args.python, "-c", "import " + mod], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL).returncode
+    return None if rc == 0 else "%s does not import in %s" % (mod, args.python)
+
+
+def pyspy_path(args):
+    return os.path.join(os.path.dirname(args.python), "py-spy")
+
+
+def get_json(port, path):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=30) as r:
+        return json.loads(r.read())
+
+
+def client(args, port, rate, duration, first, seed):
+    out = subprocess.run([args.python, os.path.join(HERE, "fixed_load_client.py"), "--port", str(port),
+                          "--rate", "%.3f" % rate, "--duration", str(duration), "--first", str(first),
+                          "--seed", str(seed), "--arrivals", args.arrivals],
+                         stdout=subprocess.PIPE, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_once(args, service, arm, rate, seed, sink):
+    """One run of one arm: starts the service, loads it, measures, stops it."""
+    cmd = [args.python, os.path.join(HERE, "fixed_load_service.py"), "--service", service,
+           "--agent", "none" if arm == "py-spy" else arm, "--bench", args.bench, "--rate", "100",
+           "--sink", sink, "--work", str(args.work), "--idle-threads", str(args.idle_threads)]
+    env = dict(os.environ)
+    for k in [k for k in env if k.startswith(("SPAN_PROFILE_", "DD_"))]:
+        del env[k]
+    if arm == "span_profile-full":
+        env["SPAN_PROFILE_OVERHEAD_BUDGET"] = "0"
+    if arm.startswith("ddtrace"):
+        env.update(DD_TRACE_OTEL_ENABLED="true", DD_PROFILING_ENABLED="true", DD_TRACE_AGENT_URL=sink,
+                   DD_INSTRUMENTATION_TELEMETRY_ENABLED="false", DD_REMOTE_CONFIGURATION_ENABLED="false",
+                   DD_SERVICE="bench", DD_ENV="bench")
+    if arm == "ddtrace-100hz":  # its adaptive sampling off, every 10 ms (ddtrace 4.x's private settings)
+        env.update(_DD_PROFILING_STACK_ADAPTIVE_SAMPLING_ENABLED="false",
+                   _DD_PROFILING_STACK_ADAPTIVE_SAMPLING_MAX_INTERVAL_US="10000")
+    if arm == "py-spy":
+        cmd = [pyspy_path(args), "record", "-r", "100", "--nonblocking", "-o", os.devnull, "--format", "raw",
+               "--"] + cmd
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    err_lines = []
+    threading.Thread(target=lambda: err_lines.extend(p.stderr), daemon=True).start()
+    port = None
+    t_start = time.monotonic()
+    while port is None:
+        line = p.stdout.readline()
+        if not line:
+            p.wait()
+            return {"error": "the service exited before listening (rc %s): %s" % (p.returncode, "".join(err_lines)[-800:])}
+        if line.startswith("READY "):
+            port = int(line.split()[1])
+    out_lines = []
+    reader = threading.Thread(target=lambda: out_lines.extend(p.stdout), daemon=True)
+    reader.start()
+    try:
+        pid = get_json(port, "/stats")["pid"]
+        client(args, port, rate, args.warmup, 0, seed + 1000)
+        s0 = get_json(port, "/stats")
+        c0, pc0, t0 = proc_cpu_s(pid), proc_cpu_s(p.pid) if arm == "py-spy" else 0.0, time.monotonic()
+        rss, stop = [], threading.Event()
+
+        def poll_rss():
+            while not stop.wait(0.2):
+                v = proc_status_mb(pid, "VmRSS")
+                if v is not None:
+                    rss.append(v)
+        poller = threading.Thread(target=poll_rss, daemon=True)
+        poller.start()
+        load = client(args, port, rate, args.duration, 1_000_000, seed)
+        c1, pc1, t1 = proc_cpu_s(pid), proc_cpu_s(p.pid) if arm == "py-spy" else 0.0, time.monotonic()
+        stop.set()
+        poller.join()
+        s1 = get_json(port, "/stats")
+        peak = max([proc_status_mb(pid, "VmHWM") or 0.0] + rss)  # VmHWM can trail VmRSS a little
+        prof_rss = proc_status_mb(p.pid, "VmHWM") if arm == "py-spy" else None
+    finally:
+        p.send_signal(signal.SIGINT if arm == "py-spy" else signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        if arm == "py-spy":  # py-spy has passed SIGINT on; make sure the service is gone too
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except (OSError, UnboundLocalError):
+                pass
+    t_end = time.monotonic()
+    reader.join(timeout=5)
+    r = dict(load)
+    cpu = (c1 - c0) + (pc1 - pc0)
+    r.update(service=service, arm=arm, cpu_s=round(cpu, 3),
+             cpu_ms_per_req=round(1000 * cpu / load["completed"], 4) if load["completed"] else None,
+             rss_steady_mb=round(statistics.median(rss[len(rss) // 2:]), 1) if rss else None,
+             rss_peak_mb=peak and round(peak, 1), profiler_rss_mb=prof_rss and round(prof_rss, 1),
+             sample_hz=None, load1=round(os.getloadavg()[0], 2))
+    if arm.startswith("span_profile") and "agent" in s0 and "agent" in s1:
+        r["sample_hz"] = round((s1["agent"].get("ticks", 0) - s0["agent"].get("ticks", 0)) / (t1 - t0), 1)
+    if arm == "py-spy":
+        for line in err_lines + out_lines:  # py-spy> Wrote ... Samples: N Errors: M
+            if "Samples:" in line:
+                try:
+                    n = int(line.split("Samples:")[1].split()[0])
+                    r["sample_hz"] = round(n / (t_end - t_start), 1)  # all threads' samples
+                except (IndexError, ValueError):
+                    pass
+    return r
+
+
+def calibrate(args, service, sink):
+    """CPU ms per request without a profiler, at a light load."""
+    r = run_once(args, service, "none", args.calibration_rps, 7, sink)
+    if "error" in r:
+        raise SystemExit("calibration of %s failed: %s" % (service, r["error"]))
+    return r["cpu_ms_per_req"]
+
+
+def spread(v):
+    v = [x for x in v if x is not None]
+    if not v:
+        return None
+    return statistics.median(v), min(v), max(v)
+
+
+def fmt(s, pat="%.2f"):
+    if s is None:
+        return "-"
+    m, lo, hi = s
+    return (pat + " [" + pat + "–" + pat + "]") % (m, lo, hi)
+
+
+def pct(s):
+    if s is None:
+        return "-"
+    m, lo, hi = (100 * (x - 1) for x in s)
+    return "%+.1f%% [%+.1f–%+.1f]" % (m, lo, hi)
+
+
+def table(results, services, loads, arms):
+    lines = ["| service | load | arm | rps | CPU ms/req | vs none | p50 ms | p99 ms | p99 vs none | p99.9 ms | "
+             "RSS steady / peak MB | sample Hz | runs (overloaded) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for svc in services:
+        for load in loads:
+            every = [r for r in results if r.get("service") == svc and r.get("load") == load and "error" not in r]
+            # A run whose service could not keep up (responses still out after the drain) says
+            # nothing about CPU per request or latency: it is counted, not averaged in.
+            rs = [r for r in every if not r.get("unfinished")]
+            none = {r["run"]: r for r in rs if r["arm"] == "none"}
+            for arm in arms:
+                a = [r for r in rs if r["arm"] == arm]
+                over = sum(1 for r in every if r["arm"] == arm and r.get("unfinished"))
+                if not a:
+                    if over:
+                        lines.append("| %s | %s | %s | | every run overloaded (%d) | | | | | | | |" % (
+                            svc, "%.0f%%" % (100 * load) if load < 5 else "%.0f rps" % load, arm, over))
+                    continue
+                paired = lambda k: spread([r[k] / none[r["run"]][k] for r in a  # noqa: E731
+                                           if r["run"] in none and r[k] and none[r["run"]][k]])
+                col = lambda k: spread([r[k] for r in a])  # noqa: E731
+                rss_s, rss_p = col("rss_steady_mb"), col("rss_peak_mb")
+                prof = col("profiler_rss_mb")
+                lines.append("| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %d (%d) |" % (
+                    svc, "%.0f%%" % (100 * load) if load < 5 else "%.0f rps" % load, arm, a[0]["rate"], fmt(col("cpu_ms_per_req"), "%.3f"),
+                    "" if arm == "none" else pct(paired("cpu_ms_per_req")),
+                    fmt(col("p50_ms"), "%.1f"), fmt(col("p99_ms"), "%.1f"),
+                    "" if arm == "none" else pct(paired("p99_ms")), fmt(col("p999_ms"), "%.1f"),
+                    "%s / %s%s" % ("%.1f" % rss_s[0] if rss_s else "-", "%.1f" % rss_p[0] if rss_p else "-",
+                                   " (+%.1f py-spy)" % prof[0] if prof else ""),
+                    "-" if col("sample_hz") is None else "%.0f" % col("sample_hz")[0], len(a), over))
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--python", default=sys.executable, help="the interpreter of the services (with the peers)")
+    ap.add_argument("--bench", default=os.path.join(HERE, "..", "..", "..", "shared", "bench"))
+    ap.add_argument("--services", nargs="+", default=["threads", "asyncio", "fastapi"],
+                    choices=["threads", "asyncio", "fastapi"])
+    ap.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, choices=ARMS)
+    ap.add_argument("--idle-threads", type=int, default=0, help="idle threads parked in the service")
+    ap.add_argument("--loads", nargs="+", type=float, default=[0.3, 0.7], help="fractions of one core")
+    ap.add_argument("--rps", nargs="+", type=float, help="request rates instead of --loads (no calibration)")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--work", type=int, default=4)
+    ap.add_argument("--arrivals", choices=["fixed", "poisson"], default="poisson")
+    ap.add_argument("--calibration-rps", type=float, default=30.0)
+    ap.add_argument("--smoke", action="store_true",
+                    help="one short pass per arm at one load; checks that every arm ran and counted "
+                         "every request, no timing")
+    ap.add_argument("--out", help="also write every run as JSON lines to this file")
+    ap.add_argument("--table-from", metavar="FILE",
+                    help="print the table of the runs in FILE (an --out of an earlier run), run nothing")
+    args = ap.parse_args()
+    if args.table_from:
+        with open(args.table_from) as f:
+            rs = [json.loads(line) for line in f if line.strip()]
+        seen = lambda k: sorted({r[k] for r in rs if k in r}, key=[r.get(k) for r in rs].index)  # noqa: E731
+        print(table(rs, seen("service"), seen("load"), [a for a in ARMS if a in seen("arm")]))
+        return
+    args.bench = os.path.abspath(args.bench)
+    if args.smoke:
+        args.runs, args.duration, args.warmup = 1, 1.0, 0.3
+        if not args.rps:
+            args.rps = [40.0]
+    arms = []
+    for arm in args.arms:
+        why = arm_available(args, arm)
+        if why:
+            print("note: skipping arm %s: %s" % (arm, why), file=sys.stderr)
+        else:
+            arms.append(arm)
+    if "none" not in arms:
+        arms.insert(0, "none")
+    sink = start_sink()
+    out = open(args.out, "a") if args.out else None
+    results, failures, levels = [], [], []
+    for svc in args.services:
+        if args.rps:
+            rates = [(r, r) for r in args.rps]
+        else:
+            cpu_ms = calibrate(args, svc, sink)
+            print("calibration: %s costs %.3f ms of CPU a request without a profiler" % (svc, cpu_ms),
+                  file=sys.stderr)
+            rates = [(load, load * 1000 / cpu_ms) for load in args.loads]
+        for level, rate in rates:
+            levels.append(level)
+            for run in range(args.runs):
+                for arm in arms:
+                    r = run_once(args, svc, arm, rate, 100 * run + 1, sink)
+                    r.update(service=svc, arm=arm, load=level, run=run)
+                    line = json.dumps(r)
+                    print(line, flush=True)
+                    if out:
+                        out.write(line + "\n")
+                        out.flush()
+                    results.append(r)
+                    if "error" in r:
+                        failures.append("%s %s: %s" % (svc, arm, r["error"]))
+                    elif r["completed"] + r["errors"] + r["unfinished"] != r["sent"] or r["errors"] or not r["cpu_s"]:
+                        failures.append("%s %s: %d sent, %d completed, %d errors, %d unfinished, %.3f s CPU" % (
+                            svc, arm, r["sent"], r["completed"], r["errors"], r["unfinished"], r["cpu_s"]))
+    loads = sorted(set(levels), key=levels.index)
+    print()
+    print(table(results, args.services, loads, arms))
+    if failures:
+        print("\nfailed runs:\n  " + "\n  ".join(failures), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

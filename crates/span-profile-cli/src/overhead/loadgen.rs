@@ -1,0 +1,315 @@
+//! The open-loop load generator of `span-profile overhead --rate-rps`: requests arrive on a
+//! schedule set by the clock, not by the service, and each one's latency runs from its
+//! *scheduled* arrival to the end of its response.
+//!
+//! A pacer thread puts each arrival's due time on a queue when it falls due (a fixed interval, or
+//! Poisson gaps from a seeded generator); a pool of worker threads, each with its own keep-alive
+//! connection, takes arrivals off the queue. When every worker is busy an arrival waits on the
+//! queue, and that wait counts in its latency: queueing is measured, not hidden (no coordinated
+//! omission). The generator runs in the CLI's process, so its CPU is not the service's.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// How arrivals are spaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Arrivals {
+    /// Exponential gaps of mean 1 / rate (seeded, so every arm gets the same schedule).
+    Poisson,
+    /// Exactly 1 / rate apart.
+    Fixed,
+}
+
+/// Where requests go: `http://HOST:PORT/PATH` (plain HTTP/1.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// `HOST:PORT`, as connected to and sent as `Host`.
+    pub(crate) authority: String,
+    /// The request target, starting with `/`.
+    pub(crate) path: String,
+}
+
+impl Target {
+    /// Parses `http://HOST[:PORT][/PATH]`; port 80 and path `/` by default.
+    pub(crate) fn parse(url: &str) -> Result<Self, String> {
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            format!("--url {url}: give a plain http:// URL, e.g. http://127.0.0.1:8000/checkout")
+        })?;
+        let (auth, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if auth.is_empty() {
+            return Err(format!("--url {url}: the URL has no host"));
+        }
+        let authority = if auth
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            auth.to_string()
+        } else {
+            format!("{auth}:80")
+        };
+        Ok(Self {
+            authority,
+            path: path.to_string(),
+        })
+    }
+}
+
+/// What one load phase did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct LoadResult {
+    /// Arrivals scheduled and handed to the workers.
+    pub(crate) sent: u64,
+    /// Responses with a 2xx status.
+    pub(crate) completed: u64,
+    /// Arrivals that got no 2xx response (refused, reset, timed out, other status).
+    pub(crate) errors: u64,
+    /// Wall time from the first arrival to the last response, in seconds.
+    pub(crate) seconds: f64,
+    /// Latency percentiles of the completed requests, in ms, from scheduled arrival.
+    pub(crate) p50_ms: Option<f64>,
+    /// 99th percentile, ms.
+    pub(crate) p99_ms: Option<f64>,
+    /// 99.9th percentile, ms.
+    pub(crate) p999_ms: Option<f64>,
+    /// The slowest, ms.
+    pub(crate) max_ms: Option<f64>,
+}
+
+/// The `q` quantile of sorted values (nearest rank), or None when there are none.
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let k = (q * (sorted.len() - 1) as f64).round() as usize;
+    sorted.get(k.min(sorted.len() - 1)).copied()
+}
+
+/// A small seeded generator (xorshift64*) for the Poisson gaps: the same seed, the same
+/// schedule in every arm.
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
+        // In (0, 1]: never 0, so ln() is finite.
+        (v as f64 + 1.0) / (1u64 << 53) as f64
+    }
+}
+
+/// One keep-alive connection, reconnected when the service closes it.
+struct Conn {
+    authority: String,
+    stream: Option<BufReader<TcpStream>>,
+}
+
+impl Conn {
+    fn request(&mut self, path: &str, i: u64) -> std::io::Result<bool> {
+        if self.stream.is_none() {
+            let s = TcpStream::connect(&self.authority)?;
+            s.set_read_timeout(Some(Duration::from_secs(30)))?;
+            s.set_nodelay(true)?;
+            self.stream = Some(BufReader::new(s));
+        }
+        let r = self.exchange(path, i);
+        if !matches!(r, Ok(true)) {
+            self.stream = None;
+        }
+        r
+    }
+
+    fn exchange(&mut self, path: &str, i: u64) -> std::io::Result<bool> {
+        let Some(s) = self.stream.as_mut() else {
+            return Ok(false);
+        };
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let req = format!(
+            "GET {path}{sep}i={i} HTTP/1.1\r\nHost: {}\r\nUser-Agent: span-profile-overhead\r\n\r\n",
+            self.authority
+        );
+        s.get_mut().write_all(req.as_bytes())?;
+        let mut line = String::new();
+        if s.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let ok = line
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|c| c.starts_with('2'));
+        let mut length = None;
+        let mut chunked = false;
+        let mut close = false;
+        loop {
+            line.clear();
+            if s.read_line(&mut line)? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            let h = line.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_ascii_lowercase());
+                match k.as_str() {
+                    "content-length" => length = v.parse::<u64>().ok(),
+                    "transfer-encoding" => chunked = v.contains("chunked"),
+                    "connection" => close = v == "close",
+                    _ => {}
+                }
+            }
+        }
+        if chunked {
+            loop {
+                line.clear();
+                s.read_line(&mut line)?;
+                let n = u64::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
+                std::io::copy(&mut s.by_ref().take(n + 2), &mut std::io::sink())?;
+                if n == 0 {
+                    break;
+                }
+            }
+        } else if let Some(n) = length {
+            std::io::copy(&mut s.by_ref().take(n), &mut std::io::sink())?;
+        } else {
+            std::io::copy(s, &mut std::io::sink())?;
+            close = true;
+        }
+        if close {
+            self.stream = None;
+        }
+        Ok(ok)
+    }
+}
+
+/// Runs `duration` of open-loop load at `rate` arrivals a second on `connections` workers, the
+/// requests numbered from `first` (sent as `i=N`). Waits at most `drain` after the last arrival
+/// for the responses still out; those count as errors.
+pub(crate) fn run(
+    target: &Target,
+    rate: f64,
+    duration: Duration,
+    arrivals: Arrivals,
+    connections: usize,
+    first: u64,
+    seed: u64,
+) -> LoadResult {
+    let (tx, rx) = mpsc::channel::<(u64, Instant)>();
+    let rx = Arc::new(Mutex::new(rx));
+    let (done_tx, done_rx) = mpsc::channel::<Option<f64>>();
+    let mut workers = Vec::new();
+    for _ in 0..connections.max(1) {
+        let rx = Arc::clone(&rx);
+        let done = done_tx.clone();
+        let mut conn = Conn {
+            authority: target.authority.clone(),
+            stream: None,
+        };
+        let path = target.path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("overhead-load".into())
+            .spawn(move || loop {
+                // A poisoned lock only means another worker panicked; the queue is still good.
+                let next = match rx.lock() {
+                    Ok(guard) => guard.recv(),
+                    Err(p) => p.into_inner().recv(),
+                };
+                let Ok((i, due)) = next else { break };
+                let ok = matches!(conn.request(&path, i), Ok(true));
+                let _ = done.send(ok.then(|| due.elapsed().as_secs_f64() * 1000.0));
+            });
+        if let Ok(h) = spawned {
+            workers.push(h);
+        }
+    }
+    drop(done_tx);
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let t0 = Instant::now();
+    let mut due = t0;
+    let mut sent = 0u64;
+    while due.duration_since(t0) < duration {
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        if workers.is_empty() || tx.send((first + sent, due)).is_err() {
+            break;
+        }
+        sent += 1;
+        let gap = match arrivals {
+            Arrivals::Fixed => 1.0 / rate,
+            Arrivals::Poisson => -rng.unit().ln() / rate,
+        };
+        due += Duration::from_secs_f64(gap);
+    }
+    drop(tx);
+    let mut lat = Vec::with_capacity(sent as usize);
+    let mut errors = 0u64;
+    // Every arrival sent is answered on `done_rx` (a worker reports each one it took), and
+    // the channel closes when the workers have drained the queue and exited.
+    for r in done_rx.iter() {
+        match r {
+            Some(ms) => lat.push(ms),
+            None => errors += 1,
+        }
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    lat.sort_by(f64::total_cmp);
+    let answered = lat.len() as u64 + errors;
+    LoadResult {
+        sent,
+        completed: lat.len() as u64,
+        // Arrivals no worker took (every worker failed to start) count as errors too.
+        errors: errors + sent.saturating_sub(answered),
+        seconds,
+        p50_ms: quantile(&lat, 0.5),
+        p99_ms: quantile(&lat, 0.99),
+        p999_ms: quantile(&lat, 0.999),
+        max_ms: lat.last().copied(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = Target::parse("http://127.0.0.1:8000/checkout/a").unwrap();
+        assert_eq!(t.authority, "127.0.0.1:8000");
+        assert_eq!(t.path, "/checkout/a");
+        let t = Target::parse("http://localhost").unwrap();
+        assert_eq!(
+            (t.authority.as_str(), t.path.as_str()),
+            ("localhost:80", "/")
+        );
+        assert!(Target::parse("https://x").is_err());
+        assert!(Target::parse("http:///x").is_err());
+    }
+
+    #[test]
+    fn quantiles_and_poisson_gaps() {
+        let v: Vec<f64> = (1..=1000).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), Some(501.0));
+        assert_eq!(quantile(&v, 0.999), Some(999.0));
+        assert_eq!(quantile(&[], 0.5), None);
+        let mut rng = Rng(42);
+        let n = 20_000;
+        let mean: f64 = (0..n).map(|_| -rng.unit().ln()).sum::<f64>() / f64::from(n);
+        assert!((mean - 1.0).abs() < 0.03, "mean gap {mean}");
+    }
+}

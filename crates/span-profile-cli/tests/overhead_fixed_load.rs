@@ -1,0 +1,190 @@
+//! `span-profile overhead --rate-rps N --url URL -- python service.py`: the fixed-load mode
+//! end to end, on a tiny HTTP service that burns a known CPU time per request and counts the
+//! requests it served. No timing is asserted; the report's fields must be present and agree
+//! with what the service itself saw.
+//!
+//! Needs a Python with the `span_profile` wheel installed: a venv under `target/venvs/*`
+//! (`scripts/test-python.sh` builds them) or `$SPAN_PROFILE_PYTHON`. Without one the test is
+//! skipped with a note, unless `CI` is set, in which case it fails.
+
+use std::process::Command;
+
+/// CPU each request burns in the service, ms (thread CPU time, so it is the service's CPU).
+const BURN_MS: f64 = 5.0;
+const RATE: u64 = 40;
+
+const SERVICE: &str = r#"
+import os, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+port, out, burn_ms = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+served = []
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        t = time.thread_time()
+        while time.thread_time() - t < burn_ms / 1000:
+            pass
+        i = int(self.path.split("i=")[1])
+        served.append(i)
+        body = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+ThreadingHTTPServer.daemon_threads = True
+srv = ThreadingHTTPServer(("127.0.0.1", port), H)
+try:
+    srv.serve_forever()
+finally:
+    with open(os.path.join(out, "served-%d.txt" % os.getpid()), "w") as f:
+        f.write(" ".join(map(str, served)))
+"#;
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn fixed_load_counts_every_request_and_reports_each_field() {
+    let Some(python) = span_profile_test::python_with_agent() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("overhead-fixed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let app = dir.join("service.py");
+    std::fs::write(&app, SERVICE).unwrap();
+    let port = free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_span-profile"))
+        .args(["--json", "overhead", "--runs", "1", "--rate-rps"])
+        .arg(RATE.to_string())
+        .arg("--url")
+        .arg(format!("http://127.0.0.1:{port}/work"))
+        .args([
+            "--duration",
+            "1",
+            "--warmup",
+            "0.25",
+            "--arrivals",
+            "fixed",
+            "--",
+        ])
+        .arg(&python)
+        .arg(&app)
+        .arg(port.to_string())
+        .arg(&dir)
+        .arg(BURN_MS.to_string())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(v["mode"], "fixed-load");
+    assert_eq!(v["rate_rps"].as_f64(), Some(RATE as f64));
+
+    // What each service process served, read from the files it wrote at SIGTERM: the measured
+    // requests are numbered from 1 000 000, the warm-up's from 0.
+    let mut measured_served = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("served-") {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            let n = text
+                .split_whitespace()
+                .filter(|i| i.parse::<u64>().unwrap() >= 1_000_000)
+                .count() as u64;
+            measured_served.push(n);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        measured_served.len(),
+        2,
+        "one service process per arm and run"
+    );
+
+    let runs = v["runs"].as_array().unwrap();
+    let order: Vec<&str> = runs.iter().map(|r| r["arm"].as_str().unwrap()).collect();
+    assert_eq!(order, ["none", "span-profile"]);
+    let mut completed_total = 0;
+    for r in runs {
+        let f = |k: &str| {
+            r[k].as_f64()
+                .unwrap_or_else(|| panic!("{k} missing in {r}"))
+        };
+        // Fixed arrivals 1/RATE apart for 1 s: exactly RATE arrivals.
+        assert_eq!(r["sent"].as_u64(), Some(RATE), "{r}");
+        assert_eq!(r["completed"], r["sent"], "{r}");
+        assert_eq!(r["errors"].as_u64(), Some(0), "{r}");
+        completed_total += r["completed"].as_u64().unwrap();
+        // The service burnt BURN_MS of CPU on every request: the process's CPU per request is
+        // at least that (less 20 % for the 10 ms granularity of /proc/<pid>/stat).
+        assert!(f("cpu_ms_per_req") >= 0.8 * BURN_MS, "{r}");
+        assert!((f("cpu_ms_per_req") - 1000.0 * f("cpu_s") / f("completed")).abs() < 1e-6);
+        // Latency runs from the scheduled arrival, so it includes the burn.
+        assert!(f("p50_ms") >= BURN_MS, "{r}");
+        assert!(f("p50_ms") <= f("p99_ms") && f("p99_ms") <= f("p999_ms"));
+        assert!(f("p999_ms") <= f("max_ms"));
+        assert!(
+            f("rss_steady_mb") > 1.0 && f("rss_peak_mb") >= f("rss_steady_mb"),
+            "{r}"
+        );
+    }
+    let served: u64 = measured_served.iter().sum();
+    assert_eq!(
+        served, completed_total,
+        "requests counted == requests served"
+    );
+    assert!(runs[0]["sample_hz"].is_null(), "no agent, no sample rate");
+    assert!(runs[1]["sample_hz"].as_f64().unwrap() > 0.0, "{}", runs[1]);
+
+    let arms = v["arms"].as_array().unwrap();
+    assert_eq!(arms.len(), 2);
+    assert!(
+        arms[0]["cpu_vs_none"].is_null(),
+        "none is not compared with itself"
+    );
+    for a in arms {
+        assert_eq!(a["sent"].as_u64(), Some(RATE));
+        assert_eq!(a["completed"].as_u64(), Some(RATE));
+        for k in [
+            "cpu_ms_per_req",
+            "p50_ms",
+            "p99_ms",
+            "p999_ms",
+            "rss_steady_mb",
+            "rss_peak_mb",
+        ] {
+            assert!(a[k]["median"].as_f64().is_some(), "{k} in {a}");
+        }
+    }
+    let ratio = arms[1]["cpu_vs_none"]["median"].as_f64().unwrap();
+    let want =
+        runs[1]["cpu_ms_per_req"].as_f64().unwrap() / runs[0]["cpu_ms_per_req"].as_f64().unwrap();
+    assert!(
+        (ratio - want).abs() < 1e-9,
+        "the paired ratio of the one round"
+    );
+}
+
+#[test]
+fn fixed_load_refuses_a_bad_url_with_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_span-profile"))
+        .args([
+            "overhead",
+            "--rate-rps",
+            "10",
+            "--url",
+            "https://example.invalid/",
+            "--",
+            "python3",
+            "app.py",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("http://"), "says what to give: {stderr}");
+}
