@@ -2,10 +2,12 @@
 # Runs the span_profile Python specs (crates/span-profile-python/tests/python) on every CPython
 # 3.9-3.13 installed under pyenv.
 #
-# The extension is built for each interpreter (not abi3: ADR 0012), with maturin from a build
-# venv, and each wheel is installed into its interpreter's venv: target/venvs/<version>. Each venv gets
-# opentelemetry-sdk, pytest, protobuf and py-spy (the walker's oracle tests use it), plus uvloop
-# where it installs (the asyncio specs skip it otherwise).
+# The extension is built for each interpreter (not abi3: ADR 0012) by scripts/build-wheels.sh:
+# the manylinux2014 wheels that ship, checked by `auditwheel show` (ADR 0029). Each wheel is
+# installed into its interpreter's venv: target/venvs/<version>. Each venv gets opentelemetry-sdk,
+# opentelemetry-instrumentation and opentelemetry-distro (the `opentelemetry-instrument` specs),
+# pytest, protobuf and py-spy (the walker's oracle tests use it), plus uvloop where it installs
+# (the asyncio specs skip it otherwise).
 #
 #   scripts/test-python.sh                 # every version found
 #   SPAN_PROFILE_PYTHONS="3.11" scripts/test-python.sh
@@ -23,18 +25,9 @@ WHEELS="$ROOT/target/span-profile-wheels"
 TESTS="$ROOT/crates/span-profile-python/tests/python"
 PIP_FLAGS=(--quiet --disable-pip-version-check)
 
-note() { printf '== %s\n' "$*" >&2; }
-
-# The newest installed CPython x.y under pyenv (GIL build), or nothing.
-find_python() {
-    local minor="$1" best=""
-    for d in "$PYENV_ROOT"/versions/"$minor".*; do
-        [[ -x "$d/bin/python" ]] || continue
-        [[ "$(basename "$d")" =~ ^"$minor"\.[0-9]+$ ]] || continue
-        best="$d"
-    done
-    [[ -n "$best" ]] && printf '%s\n' "$best/bin/python"
-}
+# note, find_python
+# shellcheck source=scripts/pyenv-lib.sh
+source "$ROOT/scripts/pyenv-lib.sh"
 
 # venv_for <python> <name>: a venv with the test tools, reused across runs.
 venv_for() {
@@ -43,7 +36,8 @@ venv_for() {
         "$py" -m venv "$dir" >&2
     fi
     "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" --upgrade pip >&2
-    "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" opentelemetry-sdk pytest protobuf py-spy >&2
+    "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" opentelemetry-sdk opentelemetry-instrumentation \
+        opentelemetry-distro pytest protobuf py-spy >&2
     # Optional: the asyncio specs run on uvloop too, and skip it where it does not install.
     "$dir/bin/python" -m pip install "${PIP_FLAGS[@]}" uvloop >&2 || note "uvloop did not install for $2"
     printf '%s\n' "$dir"
@@ -70,18 +64,13 @@ if ((${#found[@]} == 0)); then
 fi
 
 # One wheel per interpreter (ADR 0012: the non-abi3 build calls the span hooks through
-# vectorcall), built by one maturin run from a build venv.
-build_py="${found[0]}"
-build_venv="$VENVS/build-$(basename "$(dirname "$(dirname "$build_py")")")"
-[[ -x "$build_venv/bin/python" ]] || "$build_py" -m venv "$build_venv"
-"$build_venv/bin/python" -m pip install "${PIP_FLAGS[@]}" "maturin>=1.5,<2"
-rm -rf "$WHEELS"
+# vectorcall), built and checked with auditwheel by the script that builds the shipped wheels.
 note "building the span_profile wheels"
-interpreters=()
-for py in "${found[@]}"; do interpreters+=(-i "$py"); done
-# The Cargo profile (`wheel`: release with LTO) comes from pyproject.toml.
-"$build_venv/bin/maturin" build --quiet --locked \
-    -m "$ROOT/crates/span-profile-python/Cargo.toml" "${interpreters[@]}" --out "$WHEELS"
+built=""
+for py in "${found[@]}"; do built+="$(basename "$(dirname "$(dirname "$py")")" | cut -d. -f1,2) "; done
+SPAN_PROFILE_PYTHONS="$built" WHEELS_DIR="$WHEELS" "$ROOT/scripts/build-wheels.sh"
+# The wheel spec (test_wheel_installs.py) installs these into a fresh venv.
+export SPAN_PROFILE_WHEELS="$WHEELS"
 
 # The wheel built for an interpreter (its cpXY tag).
 wheel_for() {

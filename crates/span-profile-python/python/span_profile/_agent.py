@@ -6,7 +6,9 @@ import sys
 import threading
 import warnings
 
-from . import _asyncio, _hooks, _native, _settings
+from . import _asyncio, _hooks, _logging, _native, _settings
+
+LOGGER = _logging.LOGGER
 
 _LOCK = threading.RLock()
 _RUNNING = None  # the Agent that is running, if any
@@ -97,7 +99,8 @@ class Agent:
 
     @property
     def output(self):
-        return self._settings["output"]
+        """Where profiles go, with any password or token in the URL redacted."""
+        return self._native.output
 
     @property
     def sample_rate_hz(self):
@@ -117,20 +120,30 @@ class Agent:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _install(self):
-        """Feeds the hooks from this agent: span processor, threads, asyncio."""
+        """Feeds the hooks from this agent: span processor, threads, asyncio; starts the log
+        pump and its health check."""
+        _logging.ensure_pump()
+        _logging.add_check(self._check_untracked)
         native = self._native
         _hooks.set_agent(native)
         _hooks.install_thread_hook()
+        me = threading.get_ident()
         for t in threading.enumerate():
             if t.ident is not None:
-                native.thread_started(t.ident, t.name, getattr(t, "native_id", None) or 0)
+                # In a forked child the calling thread's `native_id` is still its parent's
+                # (3.9-3.13 do not update it): ask the OS for the caller's own.
+                native_id = _hooks._get_native_id() if t.ident == me else getattr(t, "native_id", None)
+                native.thread_started(t.ident, t.name, native_id or 0)
         _asyncio.install(native, TASK_TAG, SPAN_SLOT, _current_active)
+        _hooks.install_exit_hook(_before_os_exit)
 
     def _uninstall(self):
+        _logging.remove_check(self._check_untracked)
         _asyncio.uninstall()
         if _hooks._NATIVE is self._native:
             _hooks.set_agent(None)
             _hooks.uninstall_thread_hook()
+            _hooks.uninstall_exit_hook()
 
     def stop(self, timeout_s=5.0):
         """Stops sampling, removes the hooks and writes the last (partial) window. Waits up to
@@ -141,6 +154,8 @@ class Agent:
             if _RUNNING is self:
                 _RUNNING = None
         problem = self._native.stop(float(timeout_s))
+        _logging.flush()
+        self._check_untracked()
         if problem:
             warnings.warn(problem, RuntimeWarning, stacklevel=2)
 
@@ -154,6 +169,33 @@ class Agent:
         current span if our ``SpanProcessor`` started it, else the span a ``run_in_executor``
         worker was handed. For tests and debugging."""
         return _current_active(self._native)
+
+    # -- the log (ADR 0029) -----------------------------------------------------------------------
+    _untracked_warned = False
+
+    def _log_start(self):
+        """The one line at start (INFO), and a warning if no service name was set."""
+        s = self._settings
+        budget = s["overhead_budget"]
+        LOGGER.info("span_profile: profiling service %r (pid %d) at %d Hz, overhead budget %s; profiles go to %s "
+                    "every %g s", self.service, os.getpid(), s["sample_rate_hz"],
+                    "%g%% of a core" % (budget * 100) if budget else "off", s["output"], s["window_s"])
+        if s["service"] is None and self.service == "unknown_service":
+            LOGGER.warning("span_profile: no service name is set, so profiles are stored as 'unknown_service'; set "
+                           "OTEL_SERVICE_NAME (or SPAN_PROFILE_SERVICE, or span_profile.start(service=...))")
+
+    def _check_untracked(self):
+        """One warning when samples find OpenTelemetry spans that no SpanProcessor of ours saw
+        (``context_untracked``): their samples carry no span."""
+        if self._untracked_warned:
+            return
+        n = self._native.stats().get("context_untracked", 0)
+        if n:
+            self._untracked_warned = True
+            LOGGER.warning("span_profile: %d sample(s) found an OpenTelemetry span that no span_profile.SpanProcessor "
+                           "saw, so they carry no span; add it to your TracerProvider: "
+                           "provider.add_span_processor(span_profile.SpanProcessor()) (span-profile run and "
+                           "opentelemetry-instrument add it for you)", n)
 
     def _restart_after_fork(self):
         """In a forked child: the parent's sampler threads do not exist here. Abandon them and
@@ -202,6 +244,7 @@ def start(service=None, output=None, sample_rate_hz=None, window_s=None, **more)
     global _RUNNING, _LAST
     settings = _settings.resolve(service=service, output=output, sample_rate_hz=sample_rate_hz,
                                  window_s=window_s, **more)
+    _settings.check_writable(settings["output"])
     with _LOCK:
         if _RUNNING is not None:
             raise RuntimeError("span_profile is already running (output=%r); call agent.stop() before "
@@ -214,6 +257,7 @@ def start(service=None, output=None, sample_rate_hz=None, window_s=None, **more)
             agent._native.stop(1.0)
             raise
         _RUNNING = _LAST = agent
+    agent._log_start()
     return agent
 
 
@@ -263,6 +307,22 @@ def _at_exit():
     agent = _RUNNING
     if agent is not None:
         agent.stop()
+    _logging.flush()
+
+
+#: How long os._exit waits for the running agent to write its last windows (docs/adr/0028).
+EXIT_TIMEOUT_S = 2.0
+
+
+def _before_os_exit():
+    """Run by os._exit while an agent runs (_hooks.install_exit_hook): stops it, waiting at most
+    EXIT_TIMEOUT_S for the last windows to be written or spooled. Takes no lock of ours: in a
+    forked child, _LOCK may be held by a thread of the parent that does not exist here."""
+    agent = _RUNNING
+    if agent is not None:
+        problem = agent._native.stop(float(EXIT_TIMEOUT_S))
+        if problem:
+            warnings.warn(problem, RuntimeWarning, stacklevel=3)
 
 
 if hasattr(os, "register_at_fork"):

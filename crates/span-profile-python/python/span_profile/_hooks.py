@@ -1,5 +1,6 @@
 """The per-span and per-thread hooks. Kept small: everything here runs inside the application's
 own calls (span start and end, thread start and exit)."""
+import os
 import threading
 
 from opentelemetry.sdk.trace import SpanProcessor as _SdkSpanProcessor
@@ -61,3 +62,41 @@ def install_thread_hook():
 def uninstall_thread_hook():
     if threading.Thread._bootstrap_inner is _bootstrap_inner:
         threading.Thread._bootstrap_inner = _ORIGINAL_BOOTSTRAP_INNER
+
+
+# -- os._exit -----------------------------------------------------------------------------------
+# A process that ends by os._exit runs no atexit handler, so the agent's last windows would be
+# lost: every multiprocessing child started by fork or forkserver ends that way, after its
+# target returns (docs/adr/0028). While an agent runs, os._exit first calls the agent's exit
+# hook, which stops it within a bounded time, then exits as asked.
+
+_ORIGINAL_OS_EXIT = os._exit
+# What os._exit calls before exiting while an agent runs; None otherwise. Set by _agent.Agent.
+_BEFORE_OS_EXIT = None
+
+
+def _os_exit(status):
+    """os._exit, plus: first stop the running agent (bounded), so the windows it had are
+    written or spooled. Exits with `status` whatever the agent does."""
+    before = _BEFORE_OS_EXIT
+    try:
+        if before is not None:
+            before()
+    except BaseException:  # noqa: BLE001 - the process must still exit, and with its own status
+        pass
+    finally:
+        _ORIGINAL_OS_EXIT(status)
+
+
+def install_exit_hook(before):
+    """Makes os._exit call `before()` first (see _os_exit)."""
+    global _BEFORE_OS_EXIT
+    _BEFORE_OS_EXIT = before
+    os._exit = _os_exit
+
+
+def uninstall_exit_hook():
+    global _BEFORE_OS_EXIT
+    _BEFORE_OS_EXIT = None
+    if os._exit is _os_exit:
+        os._exit = _ORIGINAL_OS_EXIT

@@ -66,6 +66,25 @@ def _ranged(name, value, env_name, default, integer, lo, hi, hint):
     return v
 
 
+def check_writable(output):
+    """For an existing output directory: proves this process can write a file in it; raises
+    OSError with the path, the reason and what to do. A directory that does not exist yet is
+    created by the native agent, which raises ValueError if it cannot be; network outputs
+    pass."""
+    import tempfile
+
+    directory = _native.parse_output(output)
+    if not os.path.isdir(directory):
+        return
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".span_profile-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise type(e)(e.errno, "span_profile cannot write profiles to %s: %s; choose a directory this process "
+                      "can write (output= or SPAN_PROFILE_OUTPUT)" % (directory, e.strerror or e)) from e
+
+
 def resolve(service=None, output=None, sample_rate_hz=None, window_s=None, **more):
     """The effective settings as a dict; raises TypeError/ValueError with what to change."""
     unknown = sorted(set(more) - set(EXTRA_SETTINGS))

@@ -10,8 +10,8 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use span_profile_core::{ExportError, Profiler, ProfilerStats, SpanTable, StartError};
-use span_profile_export::{exporter_for_output, parse_output, ExporterEnv, Output};
+use span_profile_core::{Profiler, ProfilerStats, SpanTable, StartError};
+use span_profile_export::{exporter_for_output, parse_output, redact_url, ExporterEnv, Output};
 
 use super::context::{PyActiveSpan, TaskTag};
 use super::processor::{self, SpanRecorder};
@@ -175,7 +175,8 @@ impl NativeAgent {
             walker_kind,
             service,
             instance,
-            output: output.to_string(),
+            // Shown in repr, errors and warnings: never with its credentials.
+            output: redact_url(output),
             resource_problems,
             _context_vars: slot_var
                 .into_iter()
@@ -248,13 +249,8 @@ impl NativeAgent {
             .final_stats
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(stats);
-        match result {
-            Ok(_) | Err(ExportError::AlreadyShutdown) => None,
-            Err(e) => Some(format!(
-                "span_profile.stop(): {e}; the last window may be missing from {}",
-                self.output
-            )),
-        }
+        let _ = result;
+        undelivered_message(&stats, &self.output)
     }
 
     /// In a forked child: the parent's threads do not exist here, so the profiler is
@@ -274,6 +270,12 @@ impl NativeAgent {
     #[getter]
     fn running(&self) -> bool {
         self.lock_profiler().is_some()
+    }
+
+    /// The output setting, with any password or token redacted.
+    #[getter]
+    fn output(&self) -> &str {
+        &self.output
     }
 
     #[getter]
@@ -314,8 +316,14 @@ impl NativeAgent {
         d.set_item("ticks", p.ticks)?;
         d.set_item("samples", p.samples)?;
         d.set_item("windows", p.windows)?;
+        // Every window made is in exactly one of the next seven (ADR 0027).
         d.set_item("exported_windows", p.exported_windows)?;
+        d.set_item("waiting_windows", p.waiting_windows)?;
         d.set_item("dropped_windows", p.dropped_windows)?;
+        d.set_item("dropped_spool_full_windows", p.dropped_spool_full_windows)?;
+        d.set_item("dropped_expired_windows", p.dropped_expired_windows)?;
+        d.set_item("dropped_rejected_windows", p.dropped_rejected_windows)?;
+        d.set_item("dropped_at_shutdown_windows", p.dropped_at_shutdown_windows)?;
         d.set_item("export_errors", p.export_errors)?;
         d.set_item("walk_errors", p.walk_errors)?;
         d.set_item("dropped_samples", p.dropped_samples)?;
@@ -328,6 +336,7 @@ impl NativeAgent {
         d.set_item("dropped_spans", p.dropped_spans)?;
         d.set_item("unsampled_spans", p.unsampled_spans)?;
         d.set_item("torn_samples", p.torn_samples)?;
+        d.set_item("capped_resource_attributes", p.capped_resource_attributes)?;
         d.set_item("failed", p.failed)?;
         d.set_item("failure", self.failure())?;
         d.set_item("spans_started", c.spans_started.load(Ordering::Relaxed))?;
@@ -344,6 +353,7 @@ impl NativeAgent {
             d.set_item("walker_samples", w.samples)?;
             d.set_item("walker_frames", w.frames)?;
             d.set_item("walker_truncated", w.truncated)?;
+            d.set_item("walker_torn_roots", w.torn_roots)?;
             d.set_item("walker_idle_threads", w.idle_threads)?;
             d.set_item("walker_skipped_threads", w.skipped_threads)?;
             d.set_item("walker_invalid_reads", w.invalid_reads)?;
@@ -367,6 +377,54 @@ impl NativeAgent {
         }
         Ok(d)
     }
+}
+
+/// What `stop()` says when windows were not delivered: how many, where the waiting ones are
+/// (`SPAN_PROFILE_SPOOL_DIR`, or memory, which the process takes with it), and what was lost;
+/// `None` when every window was delivered.
+fn undelivered_message(p: &ProfilerStats, output: &str) -> Option<String> {
+    let lost = [
+        (p.dropped_windows, "export queue full"),
+        (p.dropped_spool_full_windows, "spool full"),
+        (p.dropped_expired_windows, "too old"),
+        (p.dropped_rejected_windows, "rejected"),
+        (p.dropped_at_shutdown_windows, "lost at shutdown"),
+    ];
+    let lost_total: u64 = lost.iter().map(|(n, _)| n).sum();
+    if p.waiting_windows == 0 && lost_total == 0 {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if p.waiting_windows > 0 {
+        parts.push(match std::env::var("SPAN_PROFILE_SPOOL_DIR") {
+            Ok(dir) if !dir.is_empty() && !output.contains("://") => format!(
+                "{} wait in memory and are lost when the process exits",
+                p.waiting_windows
+            ),
+            Ok(dir) if !dir.is_empty() => format!(
+                "{} are spooled to {dir} (SPAN_PROFILE_SPOOL_DIR) and go out at the next start, or with `span-profile push {dir} URL`",
+                p.waiting_windows
+            ),
+            _ => format!(
+                "{} wait in memory and are lost when the process exits (set SPAN_PROFILE_SPOOL_DIR to keep them)",
+                p.waiting_windows
+            ),
+        });
+    }
+    if lost_total > 0 {
+        let why: Vec<String> = lost
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, why)| format!("{n} {why}"))
+            .collect();
+        parts.push(format!("{lost_total} were lost ({})", why.join(", ")));
+    }
+    Some(format!(
+        "span_profile.stop(): {} of {} window(s) were not delivered to {output}: {}",
+        p.waiting_windows + lost_total,
+        p.windows,
+        parts.join("; ")
+    ))
 }
 
 /// Installs `agent`'s span recorder as the one the span processor feeds, or none: called by

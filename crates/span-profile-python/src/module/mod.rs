@@ -4,6 +4,7 @@
 mod context;
 mod instance_attrs;
 mod lifecycle;
+mod log_bridge;
 mod processor;
 mod processor_methods;
 mod settings;
@@ -19,6 +20,7 @@ use pyo3::prelude::*;
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     instance_attrs::init(m.py());
+    log_bridge::install();
     m.add_class::<lifecycle::NativeAgent>()?;
     m.add_class::<processor::SpanProcessor>()?;
     processor_methods::install(&m.py().get_type::<processor::SpanProcessor>())?;
@@ -39,7 +41,22 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lifecycle::set_span_hooks, m)?)?;
     m.add_function(wrap_pyfunction!(processor::set_ends_at_ending, m)?)?;
     m.add_function(wrap_pyfunction!(span_hooks::span_field_indices, m)?)?;
+    m.add_function(wrap_pyfunction!(log_bridge::log_wait, m)?)?;
+    m.add_function(wrap_pyfunction!(log_bridge::log_drain, m)?)?;
+    m.add_function(wrap_pyfunction!(log_bridge::log_wake, m)?)?;
+    m.add_function(wrap_pyfunction!(log_bridge::emit_log, m)?)?;
+    #[cfg(feature = "cli")]
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     Ok(())
+}
+
+/// Runs the `span-profile` command on `argv` (program name first) with the GIL released and
+/// returns its exit code: the wheel's `span-profile` script and `python -m span_profile`
+/// (ADR 0029).
+#[cfg(feature = "cli")]
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> i32 {
+    py.detach(move || span_profile_cli::main_with_args(argv))
 }
 
 /// Checks an `output` setting; raises ValueError saying what is accepted.

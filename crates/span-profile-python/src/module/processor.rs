@@ -8,15 +8,15 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 use span_profile_core::labels::LabelValues;
 use span_profile_core::{SpanEnd, SpanId, SpanScope, SpanStart, SpanTable, TraceId};
 
 use super::context::{HookCounters, PyActiveSpan};
 use super::span_hooks::{
-    set_profile_id, set_profile_id_ending, span_context, text, time_ns, Attributes, Hex16,
-    TraceIds, CONTEXT, END_TIME, NAME, PARENT, START_TIME,
+    as_py_string, set_profile_id, set_profile_id_ending, span_context, text, time_ns, Attributes,
+    Hex16, TraceIds, CONTEXT, END_TIME, NAME, PARENT, START_TIME,
 };
 use super::span_objects::SpanObjects;
 
@@ -139,16 +139,16 @@ impl SpanRecorder {
             (Some(a), true) => a.route()?,
             _ => None,
         };
-        let route = route.as_ref().map(text).transpose()?;
-        let name = NAME.of(span)?;
-        let name = name.cast::<PyString>()?;
+        let route = route.as_ref().map(text);
+        let name = as_py_string(NAME.of(span)?);
+        let name = name.as_ref().map(text);
         let start_ns = time_ns(span, &START_TIME)?;
         let Some(active) = self.span_start(
             trace_id,
             span_id,
             parent_id,
             remote,
-            &text(name)?,
+            name.as_deref().unwrap_or_default(),
             route.as_deref(),
             start_ns,
         ) else {
@@ -201,7 +201,7 @@ impl SpanRecorder {
         } else {
             None
         };
-        let route = route.as_ref().map(text).transpose()?;
+        let route = route.as_ref().map(text);
         let end_ns = time_ns(span, &END_TIME)?;
         Ok(self.span_end(span_id, end_ns, route.as_deref()))
     }

@@ -14,7 +14,9 @@ use std::borrow::Cow;
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyInt, PySlice, PyString, PyTuple};
+
+use span_profile_core::labels::{truncate_label, MAX_LABEL_VALUE_LEN};
 
 use super::instance_attrs::Field;
 
@@ -242,7 +244,8 @@ impl<'py> Attributes<'py> {
         Ok(Some(Self { attrs, dict }))
     }
 
-    /// `http.route`, as a string (non-string values are converted with `str()`).
+    /// `http.route`, as a string (non-string values are converted with `str()`; `None` when
+    /// that fails).
     pub(crate) fn route(&self) -> PyResult<Option<Bound<'py, PyString>>> {
         let py = self.attrs.py();
         let value = match &self.dict {
@@ -254,13 +257,7 @@ impl<'py> Attributes<'py> {
                 (!v.is_none()).then_some(v)
             }
         };
-        Ok(match value {
-            None => None,
-            Some(v) => Some(match v.cast_into::<PyString>() {
-                Ok(s) => s,
-                Err(e) => e.into_inner().str()?,
-            }),
-        })
+        Ok(value.and_then(as_py_string))
     }
 
     /// The dict `pyroscope.profile.id` can be written into directly: the SDK's mutable
@@ -302,9 +299,74 @@ impl<'py> Attributes<'py> {
     }
 }
 
-/// A Python string as Rust text (borrowed when the interpreter allows it).
-pub(crate) fn text<'a>(s: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, str>> {
-    s.to_cow()
+/// The most bytes of UTF-8 kept of a span name or route: the core's cap on label values and
+/// span-table names ([`MAX_LABEL_VALUE_LEN`], which the span table cuts to with the same rule).
+/// Cutting here too means a megabyte string is never copied whole.
+pub(crate) const MAX_TEXT_BYTES: usize = MAX_LABEL_VALUE_LEN;
+
+/// A span name or route as Rust text, repaired so that no string loses its span: a lone
+/// surrogate (which has no UTF-8 form) and a NUL become U+FFFD, and the text is cut to
+/// [`MAX_TEXT_BYTES`] at a character boundary. Borrowed when the interpreter's UTF-8 form
+/// needs no repair, which is the common case.
+pub(crate) fn text<'a>(s: &'a Bound<'_, PyString>) -> Cow<'a, str> {
+    match s.to_cow() {
+        Ok(t) => repaired(t),
+        Err(_) => repaired(Cow::Owned(with_surrogates_replaced(s))),
+    }
+}
+
+/// A string the interpreter cannot encode as UTF-8 (it holds lone surrogates), decoded with
+/// each lone surrogate as U+FFFD. Only the first [`MAX_TEXT_BYTES`] code points are read:
+/// each takes at least one byte of UTF-8, so that covers the cap. A high surrogate followed by
+/// a low one is read as the character the pair stands for (how UTF-16 reads them).
+fn with_surrogates_replaced(s: &Bound<'_, PyString>) -> String {
+    let py = s.py();
+    let cap = isize::try_from(MAX_TEXT_BYTES).unwrap_or(isize::MAX);
+    let units = s
+        .as_any()
+        .get_item(PySlice::new(py, 0, cap, 1))
+        .and_then(|head| head.call_method1(intern!(py, "encode"), ("utf-16-le", "surrogatepass")))
+        .and_then(|b| b.extract::<Vec<u8>>());
+    match units {
+        Ok(bytes) => char::decode_utf16(
+            bytes
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]])),
+        )
+        .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+        .collect(),
+        // `surrogatepass` encodes every code point to UTF-16, so this is not expected; a
+        // string that still cannot be read keeps its span under one replacement character.
+        Err(_) => char::REPLACEMENT_CHARACTER.to_string(),
+    }
+}
+
+/// `t` with each NUL replaced by U+FFFD and cut to [`MAX_TEXT_BYTES`] at a character
+/// boundary ([`truncate_label`], the span table's own rule); borrowed when it has no NUL.
+fn repaired(t: Cow<'_, str>) -> Cow<'_, str> {
+    let has_nul = t.as_bytes().contains(&0);
+    match t {
+        Cow::Borrowed(b) if !has_nul => Cow::Borrowed(truncate_label(b)),
+        t => {
+            let mut s = if has_nul {
+                t.replace('\0', "\u{fffd}")
+            } else {
+                t.into_owned()
+            };
+            let end = truncate_label(&s).len();
+            s.truncate(end);
+            Cow::Owned(s)
+        }
+    }
+}
+
+/// `v` as a Python string: itself if it is one, else its `str()`; `None` if `str()` fails
+/// (the span is kept without this text rather than lost).
+pub(crate) fn as_py_string<'py>(v: Bound<'py, PyAny>) -> Option<Bound<'py, PyString>> {
+    match v.cast_into::<PyString>() {
+        Ok(s) => Some(s),
+        Err(e) => e.into_inner().str().ok(),
+    }
 }
 
 /// Sets `pyroscope.profile.id` on a span that is being started, given its attributes

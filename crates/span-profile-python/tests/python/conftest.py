@@ -10,10 +10,18 @@ import span_profile
 RATE_HZ = 250
 
 
+#: Variables of the test suite, not of the agent: the wheels' directory (test_wheel_installs.py)
+#: and the versions under test.
+SUITE_VARIABLES = ("SPAN_PROFILE_WHEELS", "SPAN_PROFILE_PYTHONS")
+
+
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    """Every test starts without the variables that configure the agent."""
+    """Every test starts without the variables that configure the agent (those that configure
+    the suite itself, such as where scripts/test-python.sh put the wheels, are kept)."""
     for k in list(os.environ):
+        if k in SUITE_VARIABLES:
+            continue
         if k.startswith("SPAN_PROFILE_") or k in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
             monkeypatch.delenv(k)
 

@@ -1,11 +1,14 @@
-//! `span-profile`: questions asked of a span-profile file store.
+//! `span-profile`: questions asked of a span-profile file store, and `span-profile run`, which
+//! starts a Python program with the agent. The command is [`main_with_args`]; the `span-profile`
+//! binary and the Python package's `span-profile` script (through `span_profile._native`) both
+//! call it (ADR 0029).
 //!
 //! Exit codes: 0 answered; 1 `diff` found a regression; 2 bad arguments; 3 the selection is
 //! empty; 4 the store or an output could not be read or written.
 #![forbid(unsafe_code)]
 
+use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use span_profile_export::store::Store;
@@ -15,7 +18,8 @@ use span_profile_export::store::Store;
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::Output)?
+        writeln!($crate::text::Escaping(std::io::stdout().lock()), $($arg)*)
+            .map_err($crate::Output)?
     }};
 }
 
@@ -23,7 +27,18 @@ macro_rules! outln {
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        write!(std::io::stdout().lock(), $($arg)*).map_err($crate::Output)?
+        write!($crate::text::Escaping(std::io::stdout().lock()), $($arg)*)
+            .map_err($crate::Output)?
+    }};
+}
+
+/// `eprintln!` that never panics: a warning that cannot be written (standard error closed, a
+/// reader gone, a full disk) is dropped, as there is no one left to tell. Text from the
+/// store must go through [`text::Shown`].
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!($crate::text::Escaping(std::io::stderr().lock()), $($arg)*);
     }};
 }
 
@@ -35,7 +50,9 @@ mod flame;
 mod link;
 mod ls;
 mod overhead;
+mod push;
 mod routes;
+mod run;
 mod select;
 mod span_name;
 mod spans;
@@ -67,7 +84,9 @@ pub(crate) struct Empty(pub(crate) String);
 pub(crate) struct Usage(pub(crate) String);
 
 /// Standard output could not be written: a reader that went away (`span-profile spans | head`)
-/// or a full disk. The exit code is 4; a closed pipe is not reported, as the reader is gone.
+/// or a full disk. A closed pipe ends the command quietly with exit 0, as `head` expects of
+/// the commands before it: the reader has what it wanted. Any other error is reported, and
+/// the exit code is 4.
 #[derive(Debug, thiserror::Error)]
 #[error("could not write the output: {0}")]
 pub(crate) struct Output(#[from] pub(crate) std::io::Error);
@@ -166,10 +185,40 @@ enum Command {
         #[command(flatten)]
         args: overhead::OverheadArgs,
     },
+    /// Sends what agents left in a spool directory (SPAN_PROFILE_SPOOL_DIR) to a receiver,
+    /// oldest first, once; exits 4 if entries are left.
+    Push {
+        #[command(flatten)]
+        args: push::PushArgs,
+    },
+    /// Runs a Python program with the agent started before its code:
+    /// `span-profile run --output ./profiles -- python app.py ARGS`.
+    Run {
+        #[command(flatten)]
+        args: run::RunArgs,
+    },
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// Runs the `span-profile` command on `args` (the program name first, as in
+/// [`std::env::args_os`]) and returns its exit code. Prints to standard output and standard
+/// error; never exits the process (`run` replaces it with the program it starts).
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are "errors" that print to stdout and exit 0.
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    i32::from(run_cli(&cli))
+}
+
+fn run_cli(cli: &Cli) -> u8 {
     let threads = cli.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
@@ -212,6 +261,8 @@ fn main() -> ExitCode {
         Command::Link { args } => link::run(args, json).map(|()| 0),
         Command::Compact { dir, args } => with_store(dir, threads, |s| compact::run(s, args, json)),
         Command::Overhead { args } => overhead::run(args, json),
+        Command::Push { args } => push::run(args, json),
+        Command::Run { args } => run::run(args),
     };
     let result = result.and_then(|code| {
         use std::io::Write as _;
@@ -219,11 +270,11 @@ fn main() -> ExitCode {
         Ok(code)
     });
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err(e) => {
             if let Some(Output(io)) = e.downcast_ref::<Output>() {
                 if io.kind() == std::io::ErrorKind::BrokenPipe {
-                    return ExitCode::from(EXIT_FAILURE);
+                    return 0;
                 }
             }
             let code = if e.is::<Empty>() {
@@ -233,8 +284,8 @@ fn main() -> ExitCode {
             } else {
                 EXIT_FAILURE
             };
-            eprintln!("error: {e:#}");
-            ExitCode::from(code)
+            errln!("error: {}", text::Shown(&format!("{e:#}")));
+            code
         }
     }
 }
@@ -261,35 +312,53 @@ fn with_store<T: IntoExit>(
     r.map(IntoExit::code)
 }
 
-/// Prints one warning for the files the store skipped on stderr (the first few with their
-/// reason), and one note for the summaries that could not be used.
+/// Prints the files the store skipped on stderr, each once with its path and reason, and one
+/// note for the summaries that could not be used. Paths and reasons are escaped
+/// ([`text::Shown`]): a file name is text from the store too.
 fn warn_skipped(store: &Store) {
     let bad = store.take_unusable_summaries();
     if !bad.is_empty() {
-        eprintln!(
+        errln!(
             "note: {} window summary file(s) in {} could not be used; those windows were decoded instead (the answer is complete)",
             bad.len(),
-            store.dir().display()
+            text::Shown(&store.dir().display().to_string())
         );
         for e in bad.iter().take(3) {
-            eprintln!("  {e}");
+            errln!("  {}", text::Shown(&e.to_string()));
         }
     }
     let all = store.take_skipped();
     if all.is_empty() {
         return;
     }
-    eprintln!(
-        "warning: skipped {} unreadable file(s) in {} (corrupt, truncated or unreadable); the answer leaves them out",
+    errln!(
+        "warning: skipped {} unreadable file(s) in {}; the answer leaves them out and they are left in place (move or delete them once you have looked at them; compact never rolls them up):",
         all.len(),
-        store.dir().display()
+        text::Shown(&store.dir().display().to_string())
     );
-    for s in all.iter().take(5) {
-        eprintln!("  {}", s.error);
+    for s in &all {
+        errln!("  {}", text::Shown(&s.error.to_string()));
     }
-    if all.len() > 5 {
-        eprintln!("  … and {} more", all.len() - 5);
+}
+
+/// Prints `value` as a command's `--json` answer. An object gets a `skipped` list: each file
+/// the store skipped so far, with its `path` and `error` (empty if none), so that a machine
+/// sees what the answer leaves out. An array (`spans`) is printed as it is, and the warning
+/// on stderr is then the only note of skipped files.
+pub(crate) fn json_out(store: &Store, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut v = serde_json::to_value(value)?;
+    if let Some(obj) = v.as_object_mut() {
+        let skipped: Vec<_> = store
+            .skipped()
+            .into_iter()
+            .map(|(path, error)| {
+                serde_json::json!({ "path": path.to_string_lossy(), "error": error })
+            })
+            .collect();
+        obj.insert("skipped".into(), skipped.into());
     }
+    outln!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
 }
 
 /// What a command returns: nothing (exit 0) or an exit code.

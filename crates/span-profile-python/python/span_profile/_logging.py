@@ -1,0 +1,90 @@
+"""The agent's log (ADR 0029): Python's ``logging``, logger ``span_profile``. With no handler
+configured, warnings reach stderr through ``logging``'s last-resort handler, as any library's do.
+
+The native side logs through Rust's ``log`` facade into a queue (``module/log_bridge.rs``) that
+never waits for the GIL; a daemon thread here takes the records off it (the GIL released while
+it waits) and logs them under ``span_profile.<target>``. The same thread checks, every few
+seconds, the health counters that deserve one warning (contexts no processor of ours saw)."""
+import atexit
+import logging
+import os
+import threading
+
+from . import _native
+
+LOGGER = logging.getLogger("span_profile")
+
+#: Seconds between the pump's health checks.
+CHECK_EVERY_S = 2.0
+
+_lock = threading.Lock()
+_thread = None
+_pid = None
+_checks = []  # callables run by the pump every CHECK_EVERY_S
+_stopping = False
+
+
+def emit(records):
+    """Hands native records ``(level, logger, message)`` to ``logging``."""
+    for level, name, message in records:
+        try:
+            logging.getLogger(name).log(level, "%s", message)
+        except Exception:  # noqa: BLE001 - logging must not break the agent
+            pass
+
+
+def flush():
+    """Logs what the native side queued so far (``stop()`` and exit call it)."""
+    emit(_native.log_drain())
+
+
+def _pump():
+    while not _stopping:
+        emit(_native.log_wait(CHECK_EVERY_S))
+        if _stopping:
+            return
+        for check in list(_checks):
+            try:
+                check()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def ensure_pump():
+    """Starts the pump thread in this process unless it runs (a forked child has none)."""
+    global _thread, _pid
+    with _lock:
+        if _thread is not None and _pid == os.getpid() and _thread.is_alive():
+            return
+        t = threading.Thread(target=_pump, name="span_profile-log", daemon=True)
+        # Not through our thread hook's bookkeeping concerns: it is an ordinary daemon thread.
+        t.start()
+        _thread, _pid = t, os.getpid()
+
+
+def _stop_pump():
+    """At exit (after the agent's own exit hook, registered later, has stopped it and flushed):
+    ends the pump before the interpreter finalizes. A daemon thread coming back from its native
+    wait during finalization would crash the process."""
+    global _stopping
+    _stopping = True
+    _native.log_wake()
+    t = _thread
+    if t is not None and _pid == os.getpid() and t.is_alive():
+        t.join(1.0)
+    flush()
+
+
+atexit.register(_stop_pump)
+
+
+def add_check(check):
+    """Runs ``check()`` on the pump thread every :data:`CHECK_EVERY_S` seconds."""
+    _checks.append(check)
+
+
+def remove_check(check):
+    try:
+        _checks.remove(check)
+    except ValueError:
+        pass
