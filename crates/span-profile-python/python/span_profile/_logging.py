@@ -39,6 +39,15 @@ def flush():
 
 
 def _pump():
+    # The pump is the profiler's, not the application's: the walker leaves this thread out.
+    _native.mark_own_thread()
+    try:
+        _pump_loop()
+    finally:
+        _native.unmark_own_thread()
+
+
+def _pump_loop():
     while not _stopping:
         emit(_native.log_wait(CHECK_EVERY_S))
         if _stopping:
@@ -76,6 +85,9 @@ def _stop_pump():
 
 
 atexit.register(_stop_pump)
+if hasattr(os, "register_at_fork"):
+    # The pump did not come with the fork; its thread id may come back as a thread of the child's.
+    os.register_at_fork(after_in_child=_native.clear_own_threads)
 
 
 def add_check(check):

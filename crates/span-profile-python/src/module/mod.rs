@@ -45,6 +45,9 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(log_bridge::log_drain, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::log_wake, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::emit_log, m)?)?;
+    m.add_function(wrap_pyfunction!(mark_own_thread, m)?)?;
+    m.add_function(wrap_pyfunction!(unmark_own_thread, m)?)?;
+    m.add_function(wrap_pyfunction!(clear_own_threads, m)?)?;
     #[cfg(feature = "cli")]
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     Ok(())
@@ -57,6 +60,25 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn cli_main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> i32 {
     py.detach(move || span_profile_cli::main_with_args(argv))
+}
+
+/// Marks the calling thread as the profiler's own (the log pump): the walker leaves it out.
+/// Returns false when too many are marked, and the thread is then sampled as any other.
+#[pyfunction]
+fn mark_own_thread() -> bool {
+    crate::walker::mark_own_thread()
+}
+
+/// Unmarks the calling thread, as it ends.
+#[pyfunction]
+fn unmark_own_thread() {
+    crate::walker::unmark_own_thread()
+}
+
+/// Forgets every mark, in a forked child (the marked threads did not come with it).
+#[pyfunction]
+fn clear_own_threads() {
+    crate::walker::clear_own_threads()
 }
 
 /// Checks an `output` setting; raises ValueError saying what is accepted.

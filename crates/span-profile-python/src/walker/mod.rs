@@ -80,5 +80,8 @@ pub use object_table::{Insert, SpanObjectTable, OBJECT_PROBE};
 pub use objects::TypeAddresses;
 pub use stats::{WalkerCounters, WalkerStats};
 pub use target::{SetupError, Target};
-pub use threads::{current_thread_id, ThreadRegistry};
+pub use threads::{
+    clear_own_threads, current_thread_id, mark_own_thread, unmark_own_thread, ThreadRegistry,
+    MAX_OWN_THREADS,
+};
 pub use walk::{PythonWalker, WalkerConfig};

@@ -134,6 +134,53 @@ const LOOKUP_ATTEMPTS: usize = 64;
 /// through the memory reader, so a wrong guess yields a wrong tid, never a fault.
 const GLIBC_PTHREAD_TID_OFFSET: u64 = 0x2d0;
 
+/// Most threads of the profiler's own that [`mark_own_thread`] holds at once.
+pub const MAX_OWN_THREADS: usize = 4;
+
+/// Threads of the profiler itself that run Python code (the Python side's log pump), by their
+/// [`current_thread_id`]; 0 is a free slot. The walker leaves them out of every tick, so that no
+/// sample shows the profiler's own thread. Atomics, so that the walker reads them without a
+/// lock or an allocation.
+static OWN_THREADS: [AtomicU64; MAX_OWN_THREADS] = [const { AtomicU64::new(0) }; MAX_OWN_THREADS];
+
+/// Marks the calling thread as the profiler's own: the walker no longer samples it. Returns
+/// false when [`MAX_OWN_THREADS`] are marked already (the thread is then sampled as any other).
+pub fn mark_own_thread() -> bool {
+    let id = current_thread_id();
+    if is_own_thread(id) {
+        return true;
+    }
+    OWN_THREADS.iter().any(|slot| {
+        slot.compare_exchange(0, id, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// Unmarks the calling thread (it is about to end: its id may be reused by another thread).
+pub fn unmark_own_thread() {
+    let id = current_thread_id();
+    for slot in &OWN_THREADS {
+        let _ = slot.compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+/// Forgets every mark: in a forked child the marked threads are gone, and their ids may come
+/// back as the child's new threads.
+pub fn clear_own_threads() {
+    for slot in &OWN_THREADS {
+        slot.store(0, Ordering::Release);
+    }
+}
+
+/// Whether `thread_id` (a `tstate->thread_id`) is a thread of the profiler's own.
+#[inline]
+pub(crate) fn is_own_thread(thread_id: u64) -> bool {
+    thread_id != 0
+        && OWN_THREADS
+            .iter()
+            .any(|slot| slot.load(Ordering::Acquire) == thread_id)
+}
+
 /// The calling thread's id as CPython keeps it: `threading.get_ident()` and
 /// `tstate->thread_id` are its `pthread_self()`.
 pub fn current_thread_id() -> u64 {

@@ -19,6 +19,7 @@ use super::namebuf::NameBuf;
 use super::object_table::SpanObjectTable;
 use super::stats::{bump, WalkerCounters};
 use super::target::{SetupError, Target};
+use super::threads::is_own_thread;
 use super::threads::{
     tid_from_pthread, verify_pthread_tid_offset, StackCache, ThreadRegistry, WalkedStack,
 };
@@ -432,13 +433,17 @@ impl<R: MemoryReader> PythonWalker<R> {
                     top,
                 };
                 let next = field_u64(tb, l.tstate_next);
-                seen += 1;
-                if self.chosen.len() < cap {
-                    self.chosen.push(t);
-                } else {
-                    let j = self.rng.below(seen as u64) as usize;
-                    if let Some(slot) = self.chosen.get_mut(j) {
-                        *slot = t;
+                // The profiler's own threads are not the application's: neither sampled nor
+                // counted, so the others' weights stay exact (ADR 0029).
+                if !is_own_thread(t.thread_id) {
+                    seen += 1;
+                    if self.chosen.len() < cap {
+                        self.chosen.push(t);
+                    } else {
+                        let j = self.rng.below(seen as u64) as usize;
+                        if let Some(slot) = self.chosen.get_mut(j) {
+                            *slot = t;
+                        }
                     }
                 }
                 if next != 0 && (next == tstate || next == prev_tstate) {
