@@ -77,10 +77,13 @@ struct Summary {
 #[derive(Debug, Serialize)]
 struct RouteRow {
     route: String,
-    old_requests: usize,
+    old_requests: u64,
     old_cpu_ms_per_request: f64,
-    new_requests: usize,
+    new_requests: u64,
     new_cpu_ms_per_request: f64,
+    /// Some windows of either side did not count requests (a store written before they were
+    /// counted): their requests are the sampled ones only, and CPU per request is high.
+    requests_sampled_only: bool,
 }
 
 /// Returns whether a regression was found.
@@ -250,7 +253,7 @@ pub(crate) fn run(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<
         );
     }
     if !routes.is_empty() {
-        outln!("CPU per request by route (requests: sampled local-root spans):");
+        outln!("CPU per request by route (requests: every request that ended in the windows):");
         for r in &routes {
             let change = if r.old_cpu_ms_per_request > 0.0 && r.new_requests > 0 {
                 format!(
@@ -260,8 +263,13 @@ pub(crate) fn run(store: &Store, args: &DiffArgs, json: bool) -> anyhow::Result<
             } else {
                 String::new()
             };
+            let note = if r.requests_sampled_only {
+                " [sampled requests only: windows written before requests were counted]"
+            } else {
+                ""
+            };
             outln!(
-                "  {}: {:.2} ms over {} request(s) -> {:.2} ms over {}{change}",
+                "  {}: {:.2} ms over {} request(s) -> {:.2} ms over {}{change}{note}",
                 Shown(&r.route),
                 r.old_cpu_ms_per_request,
                 r.old_requests,
@@ -287,7 +295,12 @@ fn change_line(c: &FrameChange) -> String {
 }
 
 fn route_rows(old: &RouteCpu, new: &RouteCpu) -> Vec<RouteRow> {
-    let new_by: std::collections::HashMap<String, (usize, f64)> = new
+    let sampled_only = |route: &str| {
+        [old, new]
+            .iter()
+            .any(|side| side.requests.get(route).is_some_and(|r| r.sampled_only))
+    };
+    let new_by: std::collections::HashMap<String, (u64, f64)> = new
         .per_request()
         .into_iter()
         .map(|(r, n, c)| (r, (n, c)))
@@ -298,6 +311,7 @@ fn route_rows(old: &RouteCpu, new: &RouteCpu) -> Vec<RouteRow> {
         .map(|(route, n, cpu)| {
             let (nn, nc) = new_by.get(&route).copied().unwrap_or((0, 0.0));
             RouteRow {
+                requests_sampled_only: sampled_only(&route),
                 route,
                 old_requests: n,
                 old_cpu_ms_per_request: cpu / 1e6,
@@ -309,6 +323,7 @@ fn route_rows(old: &RouteCpu, new: &RouteCpu) -> Vec<RouteRow> {
     for (route, (n, cpu)) in new_by {
         if !rows.iter().any(|r| r.route == route) {
             rows.push(RouteRow {
+                requests_sampled_only: sampled_only(&route),
                 route,
                 old_requests: 0,
                 old_cpu_ms_per_request: 0.0,

@@ -392,9 +392,13 @@ fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> 
             cpu_samples: u64,
             share: f64,
             cpu_ns: u64,
-            /// `None` when roll-ups without span tables hold some of the route's samples.
-            requests: Option<usize>,
+            /// `None` when roll-ups of windows that did not count requests hold some of the
+            /// route's samples.
+            requests: Option<u64>,
             cpu_ns_per_request: Option<u64>,
+            /// Some windows did not count requests (written before they were counted): theirs
+            /// are the sampled requests only.
+            requests_sampled_only: bool,
         }
         #[derive(Serialize)]
         struct Row {
@@ -422,6 +426,7 @@ fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> 
                 cpu_ns: c.cpu_ns,
                 requests: c.request_count(),
                 cpu_ns_per_request: c.cpu_ns_per_request(),
+                requests_sampled_only: c.requests.sampled_only,
             }).collect::<Vec<_>>(),
             "by_package": rows(top(&packages)),
             "by_module": rows(top(&modules)),
@@ -435,7 +440,15 @@ fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> 
         format_duration_ns(a.cpu_ns)
     );
     outln!();
-    outln!("CPU by route (requests: the local-root spans the windows kept; ? in roll-ups, which keep none)");
+    let mut notes = String::new();
+    if routes.iter().any(|(_, c)| c.requests.sampled_only) {
+        notes
+            .push_str("; * only the sampled ones, in windows written before requests were counted");
+    }
+    if routes.iter().any(|(_, c)| c.request_count().is_none()) {
+        notes.push_str("; ? unknown, in roll-ups of such windows");
+    }
+    outln!("CPU by route (requests: every request that ended in the windows{notes})");
     outln!(
         "{:>7}  {:>11}  {:>8}  {:>11}  route",
         "share",
@@ -447,12 +460,13 @@ fn attribution(store: &Store, args: &TopArgs, json: bool) -> anyhow::Result<()> 
         let per = c
             .cpu_ns_per_request()
             .map_or_else(|| "-".to_string(), format_duration_ns);
+        let mark = if c.requests.sampled_only { "*" } else { "" };
         outln!(
             "{:>6.1}%  {:>11}  {:>8}  {:>11}  {}",
             100.0 * share(c.cpu_samples),
             c.cpu_samples,
             c.request_count()
-                .map_or_else(|| "?".to_string(), |n| n.to_string()),
+                .map_or_else(|| "?".to_string(), |n| format!("{n}{mark}")),
             per,
             Shown(route)
         );

@@ -405,6 +405,8 @@ impl WindowAggregator {
     /// and starts an empty one. Routes of samples with a span are taken from the span table's
     /// record of the local root when it has one (instrumentations may set `http.route` late).
     ///
+    /// The window's request counts are taken out of `spans` too (ADR 0032).
+    ///
     /// The span records the window keeps are taken out of `spans` (ADR 0010 says which): the
     /// profile holds them in the buffer they came in, filtered in place, not copied, and
     /// `spans.spans` is left empty with a new buffer of the same capacity, untouched until
@@ -419,6 +421,7 @@ impl WindowAggregator {
         spans: &mut WindowSpans,
     ) -> Profile {
         let mut profile = Profile::empty(resource, start_unix_ns, duration_ns, period_ns);
+        profile.requests = Some(std::mem::take(&mut spans.requests));
         let late_routes: HashMap<_, &str> = spans
             .spans
             .iter()

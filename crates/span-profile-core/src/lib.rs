@@ -55,7 +55,7 @@ pub use id::{ParseIdError, SpanContext, SpanId, TraceId};
 pub use key::ExecutionKey;
 pub use labels::Resource;
 pub use merge::{merge_windows, MergeError, WindowMerger};
-pub use profile::{Profile, ProfileSample, SpanRecord, WindowInfo, WindowStats};
+pub use profile::{Profile, ProfileSample, RouteRequests, SpanRecord, WindowInfo, WindowStats};
 pub use registry::{ActiveSpan, ActiveSpanRegistry, AtomicActiveSpan, RegistryStats};
 pub use runtime::{Profiler, ProfilerBuilder, ProfilerStats, StartError};
 pub use spans::{SpanEnd, SpanScope, SpanStart, SpanTable, SpanTableLimits};

@@ -9,7 +9,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::{Frame, Profile, ProfileSample, SpanContext, SpanId, SpanRecord, Stack, WindowStats};
+use crate::{
+    Frame, Profile, ProfileSample, RouteRequests, SpanContext, SpanId, SpanRecord, Stack,
+    WindowStats,
+};
 
 /// Why windows could not be merged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +67,8 @@ pub struct WindowMerger {
     stacks: HashMap<Stack, u32>,
     rows: HashMap<RowKey, usize>,
     spans: HashMap<SpanId, usize>,
+    /// The sources' request counts summed by route; `None` once a source did not count them.
+    requests: Option<HashMap<Arc<str>, u64>>,
     /// Sum of `effective_rate_millihz * ticks`, for the tick-weighted mean rate.
     rate_ticks: u128,
 }
@@ -79,6 +84,7 @@ impl WindowMerger {
             stacks: HashMap::new(),
             rows: HashMap::new(),
             spans: HashMap::new(),
+            requests: Some(HashMap::new()),
             rate_ticks: 0,
         }
     }
@@ -173,6 +179,16 @@ impl WindowMerger {
                 add_span(&mut out.spans, &mut self.spans, r);
             }
         }
+        // Requests are counted, not recorded, so a roll-up keeps them whether or not it keeps
+        // spans; one source that did not count them leaves the merge uncounted (ADR 0032).
+        match (&mut self.requests, &p.requests) {
+            (Some(sum), Some(counts)) => {
+                for r in counts {
+                    *sum.entry(r.route.clone()).or_default() += r.requests;
+                }
+            }
+            _ => self.requests = None,
+        }
         self.rate_ticks += u128::from(p.stats.effective_rate_millihz) * u128::from(p.stats.ticks);
         add_stats(&mut out.stats, &p.stats);
         Ok(())
@@ -182,6 +198,14 @@ impl WindowMerger {
     pub fn finish(self) -> Option<Profile> {
         let mut out = self.out?;
         out.duration_ns = self.end_unix_ns.saturating_sub(out.start_unix_ns);
+        out.requests = self.requests.map(|sum| {
+            let mut v: Vec<RouteRequests> = sum
+                .into_iter()
+                .map(|(route, requests)| RouteRequests { route, requests })
+                .collect();
+            v.sort_unstable_by(|a, b| a.route.cmp(&b.route));
+            v
+        });
         if out.stats.ticks > 0 {
             out.stats.effective_rate_millihz =
                 u64::try_from(self.rate_ticks / u128::from(out.stats.ticks)).unwrap_or(u64::MAX);

@@ -93,6 +93,17 @@ impl ProfileSample {
     }
 }
 
+/// How many requests of one route ended in a window: every local-root span that carried the
+/// route (`http.route`, at its start or its end) and ended, whether or not a sample caught it
+/// (ADR 0032). CPU per request divides a route's CPU by these.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteRequests {
+    /// The route.
+    pub route: Arc<str>,
+    /// Local-root spans of the route that ended in the window.
+    pub requests: u64,
+}
+
 /// A span's metadata, recorded by the span hooks: the span table of a window.
 ///
 /// Built with [`SpanRecord::new`] and the `with_*` setters; the fields stay public.
@@ -288,13 +299,20 @@ pub struct Profile {
     pub samples: Vec<ProfileSample>,
     /// Spans that started, ended or were sampled in this window.
     pub spans: Vec<SpanRecord>,
+    /// The requests that ended in this window, by route, sorted by route, each route once
+    /// (ADR 0032). `None` when they were not counted: a window of a store written before
+    /// requests were counted, or a foreign profile. Then only the local-root spans in
+    /// [`Profile::spans`] tell of requests, and those are the requests a sample caught.
+    #[serde(default)]
+    pub requests: Option<Vec<RouteRequests>>,
     /// Drops, errors and the profiler's own cost.
     pub stats: WindowStats,
 }
 
 impl Profile {
     /// An empty window of `resource`, starting at `start_unix_ns` and `duration_ns` long,
-    /// sampled every `period_ns`: no frames, stacks, samples or spans, zero stats.
+    /// sampled every `period_ns`: no frames, stacks, samples or spans, requests not counted,
+    /// zero stats.
     ///
     /// ```
     /// use span_profile_core::{Profile, Resource};
@@ -313,6 +331,7 @@ impl Profile {
             stacks: Vec::new(),
             samples: Vec::new(),
             spans: Vec::new(),
+            requests: None,
             stats: WindowStats::default(),
         }
     }

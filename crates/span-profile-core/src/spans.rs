@@ -4,11 +4,11 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::labels::{truncate_label, LabelId, LabelValues, BACKGROUND_ROUTE};
+use crate::labels::{truncate_label, LabelId, LabelValues, BACKGROUND_ROUTE, OTHER_VALUE};
 use crate::mixhash::MixBuild;
 use crate::registry::ActiveSpan;
 use crate::sampled::SampledSpans;
-use crate::{SpanContext, SpanId, SpanRecord, TraceId};
+use crate::{RouteRequests, SpanContext, SpanId, SpanRecord, TraceId};
 
 /// What a span hook knows when a span starts.
 #[derive(Debug, Clone, Copy)]
@@ -58,7 +58,8 @@ pub struct SpanTableLimits {
     /// the parent of a sampled span that ends later); older ones are left out and counted as
     /// unsampled.
     pub max_ended_unsampled: usize,
-    /// Distinct route values.
+    /// Distinct route values, of the route labels and of the request counts of a window
+    /// (requests of further routes count under `_other`).
     pub max_routes: usize,
     /// Distinct span names and routes whose text the records share; beyond it, each record
     /// holds its own copy.
@@ -119,9 +120,29 @@ struct Inner {
     unsampled: VecDeque<SpanRecord>,
     names: Names,
     routes: LabelValues,
+    /// Local-root spans with a route that ended since the last drain, by route: every
+    /// request, sampled or not (ADR 0032).
+    requests: HashMap<Arc<str>, u64, MixBuild>,
     limits: SpanTableLimits,
     dropped: u64,
     left_out: u64,
+}
+
+impl Inner {
+    /// Counts one request of `route` (an ended local root). Routes past
+    /// [`SpanTableLimits::max_routes`] count under `_other`, as their labels do.
+    fn count_request(&mut self, route: &Arc<str>) {
+        if let Some(n) = self.requests.get_mut(route) {
+            *n += 1;
+            return;
+        }
+        let key = if self.requests.len() < self.limits.max_routes {
+            route.clone()
+        } else {
+            Arc::from(OTHER_VALUE)
+        };
+        *self.requests.entry(key).or_default() += 1;
+    }
 }
 
 /// The table of spans. The one owner of local-root and route logic: span hooks report starts
@@ -170,6 +191,7 @@ impl SpanTable {
                     cap: limits.max_shared_names,
                 },
                 routes: LabelValues::with_cap(limits.max_routes),
+                requests: HashMap::default(),
                 limits,
                 dropped: 0,
                 left_out: 0,
@@ -267,6 +289,11 @@ impl SpanTable {
         open.record.end_unix_ns = Some(end_unix_ns.max(open.record.start_unix_ns));
         if let Some(r) = route {
             open.record.route = Some(inner.names.get(r));
+        }
+        if open.record.span_id == open.record.local_root_span_id {
+            if let Some(route) = &open.record.route {
+                inner.count_request(route);
+            }
         }
         if open.crossed_window || self.sampled.may_contain(span_id) {
             if let Some(parent) = open.record.parent_span_id {
@@ -372,8 +399,15 @@ impl SpanTable {
         let dropped = std::mem::take(&mut inner.dropped);
         let left_out = std::mem::take(&mut inner.left_out);
         let route_overflow = inner.routes.overflowed();
+        let mut requests: Vec<RouteRequests> = inner
+            .requests
+            .drain()
+            .map(|(route, requests)| RouteRequests { route, requests })
+            .collect();
+        requests.sort_unstable_by(|a, b| a.route.cmp(&b.route));
         WindowSpans {
             spans,
+            requests,
             routes: inner.routes.clone(),
             dropped,
             left_out,
@@ -387,6 +421,9 @@ impl SpanTable {
 pub struct WindowSpans {
     /// Span records.
     pub spans: Vec<SpanRecord>,
+    /// The requests that ended since the last window, by route, sorted by route: every
+    /// local-root span with a route, sampled or not (ADR 0032).
+    pub requests: Vec<RouteRequests>,
     /// A snapshot of the route values, to resolve [`ActiveSpan::route`] ids.
     pub routes: LabelValues,
     /// Span records dropped since the last window.

@@ -552,8 +552,8 @@ pub(crate) fn from_message(
         );
     }
 
-    let (resource, stats, spans) = match meta {
-        None => (Resource::default(), Default::default(), Vec::new()),
+    let (resource, stats, spans, requests) = match meta {
+        None => (Resource::default(), Default::default(), Vec::new(), None),
         Some(m) => {
             if let (Some(table), Some(indices)) = (m.stacks.as_ref(), m.sample_stacks.as_ref()) {
                 if indices.len() != samples.len() {
@@ -569,7 +569,7 @@ pub(crate) fn from_message(
                 }
             }
             let stats = m.stats().map_err(DecodeError::Meta)?;
-            (m.resource.unwrap_or_default(), stats, m.spans)
+            (m.resource.unwrap_or_default(), stats, m.spans, m.requests)
         }
     };
 
@@ -583,6 +583,7 @@ pub(crate) fn from_message(
     p.stacks = stacks;
     p.samples = samples;
     p.spans = spans;
+    p.requests = requests;
     p.stats = stats;
     Ok(p)
 }

@@ -756,6 +756,7 @@ fn meta_document(profile: &Profile, truncated_location: Option<u64>) -> MetaStri
         resource: &profile.resource,
         stats: &profile.stats,
         spans: &profile.spans,
+        requests: profile.requests.as_deref(),
         truncated_location,
         stacks: sample_stacks.as_ref().map(|_| profile.stacks.as_slice()),
         sample_stacks,

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use rustc_hash::FxHashSet;
-use span_profile_core::{Profile, Resource, SpanRecord, Stack, WindowStats};
+use span_profile_core::{Profile, Resource, RouteRequests, SpanRecord, Stack, WindowStats};
 
 /// The prefix of the comment that carried the meta document in files written before ADR 0024;
 /// the decoder still reads it.
@@ -36,6 +36,9 @@ pub(crate) struct MetaOut<'a> {
     pub(crate) resource: &'a Resource,
     pub(crate) stats: &'a WindowStats,
     pub(crate) spans: &'a [SpanRecord],
+    /// The window's request counts by route (ADR 0032); absent when it did not count them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) requests: Option<&'a [RouteRequests]>,
     /// Id of the synthetic `[truncated]` location, when one was written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) truncated_location: Option<u64>,
@@ -60,6 +63,9 @@ pub(crate) struct MetaIn {
     pub(crate) stats: Option<serde_json::Value>,
     #[serde(default)]
     pub(crate) spans: Vec<SpanRecord>,
+    /// Absent in files written before requests were counted.
+    #[serde(default)]
+    pub(crate) requests: Option<Vec<RouteRequests>>,
     #[serde(default)]
     pub(crate) truncated_location: Option<u64>,
     #[serde(default)]

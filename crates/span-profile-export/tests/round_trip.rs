@@ -5,7 +5,8 @@ mod common;
 use std::sync::Arc;
 
 use span_profile_core::{
-    Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
+    Frame, Profile, ProfileSample, Resource, RouteRequests, SpanContext, SpanId, SpanRecord, Stack,
+    TraceId,
 };
 use span_profile_export::{decode_pprof, encode_pprof, encode_pprof_raw, TRUNCATED_FRAME};
 use span_profile_test::XorShift;
@@ -155,6 +156,17 @@ fn random_profile(rng: &mut XorShift) -> Profile {
     p.stats.ticks = number(rng);
     p.stats.dropped_windows = number(rng);
     p.stats.effective_rate_millihz = number(rng);
+    // Drawn last, so that the cases above stay as they were. Counted or not (ADR 0032).
+    if rng.below(2) == 0 {
+        p.requests = Some(
+            (0..rng.below(4))
+                .map(|_| RouteRequests {
+                    route: rng.pick(ODD).into(),
+                    requests: number(rng),
+                })
+                .collect(),
+        );
+    }
     p
 }
 

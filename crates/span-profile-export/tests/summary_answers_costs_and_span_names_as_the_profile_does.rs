@@ -11,7 +11,7 @@ mod common;
 use std::sync::Arc;
 
 use span_profile_core::{
-    Frame, Profile, ProfileSample, SpanContext, SpanId, SpanRecord, Stack, TraceId,
+    Frame, Profile, ProfileSample, RouteRequests, SpanContext, SpanId, SpanRecord, Stack, TraceId,
 };
 use span_profile_export::store::diff;
 use span_profile_export::store::frames::Grouping;
@@ -83,6 +83,21 @@ fn window(rng: &mut Rng, i: u64) -> Profile {
                 .with_end_unix_ns(end),
             );
         }
+    }
+    // Half the windows count their requests (ADR 0032), some of them on routes with no
+    // sample; the others are as stores written before requests were counted.
+    if rng.below(2) == 0 {
+        let mut counts: Vec<RouteRequests> = Vec::new();
+        for r in ROUTES {
+            if rng.below(3) > 0 {
+                counts.push(RouteRequests {
+                    route: Arc::from(r),
+                    requests: rng.below(1_000),
+                });
+            }
+        }
+        counts.sort_by(|a, b| a.route.cmp(&b.route));
+        p.requests = Some(counts);
     }
     let n_stacks = p.stacks.len() as u64;
     p.samples = (0..rng.below(25))

@@ -21,12 +21,12 @@
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
-use span_profile_core::{Profile, SpanId};
+use span_profile_core::Profile;
 
 use rustc_hash::FxHashSet;
 
 use crate::store::frames::{leaf_frame, FrameId};
-use crate::store::query::{distinct, for_each_sample, Filter, Tally};
+use crate::store::query::{distinct, for_each_sample, window_requests, Filter, Requests, Tally};
 use crate::store::stats::{holm, welch_p, WindowedShare};
 
 /// CPU samples by leaf frame (self time) in a selection, with the selection's CPU samples as
@@ -260,16 +260,15 @@ pub fn compare(
 }
 
 /// CPU time by route and the requests behind it: the mergeable input of CPU per request.
-/// Requests are local-root spans that carry the route, each counted once however many windows
-/// hold its record. A request without any sample has no record in the store (ADR 0010), so the
-/// count is of requests that were sampled: CPU per request is exact for requests longer than
-/// the sampling period, and overstated when most requests are shorter.
+/// Requests are counted as [`Requests`] says: every request that ended, in windows that count
+/// them (ADR 0032); in older windows, the sampled ones only, and then CPU per request is
+/// overstated for routes whose requests are shorter than the sampling period.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RouteCpu {
     /// CPU nanoseconds by route label.
     pub cpu_ns: HashMap<String, u64>,
-    /// Local-root span ids by route.
-    pub requests: HashMap<String, HashSet<SpanId>>,
+    /// Requests by route.
+    pub requests: HashMap<String, Requests>,
 }
 
 impl RouteCpu {
@@ -278,21 +277,21 @@ impl RouteCpu {
         for (r, n) in other.cpu_ns {
             *self.cpu_ns.entry(r).or_default() += n;
         }
-        for (r, ids) in other.requests {
-            self.requests.entry(r).or_default().extend(ids);
+        for (r, n) in other.requests {
+            self.requests.entry(r).or_default().merge(n);
         }
     }
 
     /// `(route, requests, CPU ns per request)` for every route with requests, most CPU per
     /// request first.
-    pub fn per_request(&self) -> Vec<(String, usize, f64)> {
-        let mut v: Vec<(String, usize, f64)> = self
+    pub fn per_request(&self) -> Vec<(String, u64, f64)> {
+        let mut v: Vec<(String, u64, f64)> = self
             .requests
             .iter()
-            .filter(|(_, ids)| !ids.is_empty())
-            .map(|(r, ids)| {
+            .filter(|(_, n)| n.count() > 0)
+            .map(|(r, n)| {
                 let cpu = self.cpu_ns.get(r).copied().unwrap_or(0);
-                (r.clone(), ids.len(), cpu as f64 / ids.len() as f64)
+                (r.clone(), n.count(), cpu as f64 / n.count() as f64)
             })
             .collect();
         v.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
@@ -303,22 +302,21 @@ impl RouteCpu {
 /// [`RouteCpu`] of the selected samples and of the local-root spans in the selected windows.
 pub fn route_cpu(profiles: &[Profile], filter: &Filter) -> RouteCpu {
     let mut t = RouteCpu::default();
-    for_each_sample(profiles, filter, |_, s| {
+    for_each_sample(profiles, filter, |p, s| {
         if s.cpu_ns > 0 {
             *t.cpu_ns.entry(s.route.to_string()).or_default() += s.cpu_ns;
         }
+        // As `cost_attribution` marks them: a route on CPU in a window that did not count.
+        if (s.cpu_samples > 0 || s.cpu_ns > 0) && p.requests.is_none() {
+            t.requests
+                .entry(s.route.to_string())
+                .or_default()
+                .sampled_only = true;
+        }
     });
     for p in profiles.iter().filter(|p| filter.matches_window(p)) {
-        for r in &p.spans {
-            let Some(route) = &r.route else { continue };
-            if r.span_id == r.local_root_span_id
-                && filter.route.as_deref().is_none_or(|want| want == &**route)
-            {
-                t.requests
-                    .entry(route.to_string())
-                    .or_default()
-                    .insert(r.span_id);
-            }
+        for (route, n) in window_requests(p, filter) {
+            t.requests.entry(route.to_owned()).or_default().merge(n);
         }
     }
     t

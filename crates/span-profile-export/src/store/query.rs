@@ -736,6 +736,75 @@ pub fn folded_stacks(profiles: &[Profile], filter: &Filter) -> Tally {
     t
 }
 
+/// One route's requests over some windows (ADR 0032): what CPU per request divides by.
+///
+/// A window written since requests are counted knows every request that ended in it, sampled
+/// or not ([`Profile::requests`]). An older window knows only the local-root spans in its span
+/// table, which holds the spans its samples need (ADR 0010): the requests a sample caught.
+/// Those are kept by span id, so that a request whose record several windows hold counts once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// Requests that ended in windows that count them.
+    pub counted: u64,
+    /// Local-root span ids of the route from the span tables of windows that do not count
+    /// requests, or of every window when a trace is selected (a count is not by trace).
+    pub seen: HashSet<SpanId>,
+    /// Some selected windows did not count requests: their requests are only those a sample
+    /// caught, so a short route's count is low and its CPU per request high.
+    pub sampled_only: bool,
+}
+
+impl Requests {
+    /// How many requests.
+    ///
+    /// ```
+    /// use span_profile_export::store::query::Requests;
+    /// let mut r = Requests { counted: 90, ..Requests::default() };
+    /// r.seen.insert(span_profile_core::SpanId::from_u64(7).unwrap());
+    /// assert_eq!(r.count(), 91);
+    /// ```
+    pub fn count(&self) -> u64 {
+        self.counted + self.seen.len() as u64
+    }
+
+    /// Adds the requests of other windows (a request seen in both counts once).
+    pub fn merge(&mut self, other: Requests) {
+        self.counted += other.counted;
+        self.seen.extend(other.seen);
+        self.sampled_only |= other.sampled_only;
+    }
+}
+
+/// The requests of window `p` that `filter` selects, by route. The window must be one
+/// `filter` selects.
+pub(crate) fn window_requests<'p>(p: &'p Profile, filter: &Filter) -> FxHashMap<&'p str, Requests> {
+    let mut by_route: FxHashMap<&str, Requests> = FxHashMap::default();
+    let wanted = |r: &str| filter.route.as_deref().is_none_or(|want| want == r);
+    match (&p.requests, filter.trace_id) {
+        (Some(counts), None) => {
+            for c in counts.iter().filter(|c| wanted(&c.route)) {
+                by_route.entry(&c.route).or_default().counted += c.requests;
+            }
+        }
+        (counts, trace) => {
+            for r in &p.spans {
+                let Some(name) = r.route.as_deref() else {
+                    continue;
+                };
+                if r.span_id == r.local_root_span_id
+                    && wanted(name)
+                    && trace.is_none_or(|t| t == r.trace_id)
+                {
+                    let e = by_route.entry(name).or_default();
+                    e.seen.insert(r.span_id);
+                    e.sampled_only |= counts.is_none();
+                }
+            }
+        }
+    }
+    by_route
+}
+
 /// A route's CPU and its requests, in a [`CostAttribution`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RouteCost {
@@ -743,25 +812,23 @@ pub struct RouteCost {
     pub cpu_samples: u64,
     /// CPU time of those samples, nanoseconds.
     pub cpu_ns: u64,
-    /// The route's requests: local-root spans with this route in the windows' span tables.
-    /// Windows keep the spans their samples need (ADR 0010), so a request no sample caught
-    /// is not among them.
-    pub requests: HashSet<SpanId>,
-    /// Some of the route's samples lost their spans (roll-ups made by `compact` keep no span
-    /// ids and no span tables), so its requests cannot be counted.
+    /// The route's requests.
+    pub requests: Requests,
+    /// Some of the route's samples are in windows that neither count requests nor keep the
+    /// spans (roll-ups of such windows made by `compact`), so its requests cannot be counted.
     pub requests_unknown: bool,
 }
 
 impl RouteCost {
     /// How many requests, when they can be counted.
-    pub fn request_count(&self) -> Option<usize> {
-        (!self.requests_unknown).then_some(self.requests.len())
+    pub fn request_count(&self) -> Option<u64> {
+        (!self.requests_unknown).then_some(self.requests.count())
     }
 
     /// CPU time per request, nanoseconds (`None` without requests or when they cannot be
     /// counted).
     pub fn cpu_ns_per_request(&self) -> Option<u64> {
-        let n = self.request_count()? as u64;
+        let n = self.request_count()?;
         (n > 0).then(|| self.cpu_ns / n)
     }
 }
@@ -790,7 +857,7 @@ impl CostAttribution {
             let e = self.routes.entry(route).or_default();
             e.cpu_samples += c.cpu_samples;
             e.cpu_ns += c.cpu_ns;
-            e.requests.extend(c.requests);
+            e.requests.merge(c.requests);
             e.requests_unknown |= c.requests_unknown;
         }
         for (k, n) in other.self_cpu {
@@ -815,7 +882,7 @@ impl CostAttribution {
     }
 }
 
-/// CPU by route (with the requests of each route: its local-root spans) and self CPU by leaf
+/// CPU by route (with the requests of each route, [`Requests`]) and self CPU by leaf
 /// frame ([`leaf_frame`](crate::store::frames::leaf_frame); a stack without a frame counts
 /// under an empty function and file), of the selected samples.
 pub fn cost_attribution(profiles: &[Profile], filter: &Filter) -> CostAttribution {
@@ -833,7 +900,10 @@ pub fn cost_attribution(profiles: &[Profile], filter: &Filter) -> CostAttributio
         };
         r.cpu_samples += s.cpu_samples;
         r.cpu_ns += s.cpu_ns;
-        r.requests_unknown |= spans_dropped(p, s);
+        if p.requests.is_none() {
+            r.requests_unknown |= spans_dropped(p, s);
+            r.requests.sampled_only = true;
+        }
         if s.cpu_samples > 0 {
             let leaf = crate::store::frames::leaf_frame(p, s.stack).unwrap_or(("", ""));
             *self_cpu.entry(leaf).or_default() += s.cpu_samples;
@@ -845,29 +915,21 @@ pub fn cost_attribution(profiles: &[Profile], filter: &Filter) -> CostAttributio
             .or_default() += n;
     }
     for p in profiles.iter().filter(|p| filter.matches_window(p)) {
-        for r in &p.spans {
-            let Some(route) = r.route.as_deref() else {
-                continue;
-            };
-            if r.span_id != r.local_root_span_id
-                || filter.route.as_deref().is_some_and(|want| want != route)
-                || filter.trace_id.is_some_and(|t| t != r.trace_id)
-            {
-                continue;
-            }
+        for (route, n) in window_requests(p, filter) {
             a.routes
-                .entry(route.to_string())
+                .entry(route.to_owned())
                 .or_default()
                 .requests
-                .insert(r.span_id);
+                .merge(n);
         }
     }
     a
 }
 
-/// Whether a sample lost its span, so that its route's requests cannot be counted: a span
-/// without the window's span table, or a request's route without its span (a roll-up made by
-/// `compact` keeps no span ids and no span tables).
+/// Whether a sample lost its span, so that its route's requests cannot be counted from span
+/// records: a span without the window's span table, or a request's route without its span (a
+/// roll-up made by `compact` keeps no span ids and no span tables). Matters only for a window
+/// that does not count its requests.
 pub(crate) fn spans_dropped(p: &Profile, s: &ProfileSample) -> bool {
     match s.span {
         Some(_) => p.spans.is_empty(),

@@ -21,6 +21,11 @@
 //! marks a format 2 summary complete. A format 1 summary still decodes, without them: it
 //! declines those questions, and their windows are decoded.
 //!
+//! Format 3 adds each route's request count (costs tags 7 to 9; ADR 0032): every request
+//! that ended in the window, sampled or not, where formats 1 and 2 knew only the sampled ones
+//! by span id. A format 2 summary still decodes, its requests uncounted; a reader of format 2
+//! refuses format 3 and decodes the window, whose request counts it does not know, as before.
+//!
 //! The message also records the length of the pprof file it summarizes, so that a reader can
 //! tell a summary from the window next to it apart from a stale one.
 
@@ -32,9 +37,12 @@ use prost::bytes::Bytes;
 use prost::Message;
 use span_profile_core::SpanId;
 
-/// Version of the summary layout written; a decoder reads it and format 1, and refuses
+/// Version of the summary layout written; a decoder reads it, formats 1 and 2, and refuses
 /// others.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
+
+/// Format 2: as format 3, without request counts; still read.
+const FORMAT_2: u32 = 2;
 
 /// The first layout, without costs and span names: still read.
 const FORMAT_1: u32 = 1;
@@ -51,7 +59,7 @@ pub enum SummaryError {
     Protobuf(#[source] prost::DecodeError),
     /// The summary was written in a layout this version does not know.
     #[error(
-        "summary format {found} is neither {FORMAT_1} nor {FORMAT}; it was written by another span-profile version"
+        "summary format {found} is none of {FORMAT_1}, {FORMAT_2} and {FORMAT}; it was written by another span-profile version"
     )]
     Format {
         /// The format found.
@@ -196,6 +204,13 @@ struct CostsMsg {
     request_route: Vec<u32>,
     #[prost(fixed64, repeated, tag = "6")]
     request_span: Vec<u64>,
+    /// True when tags 8 and 9 hold the window's request counts (format 3).
+    #[prost(bool, tag = "7")]
+    counted: bool,
+    #[prost(uint32, repeated, tag = "8")]
+    counted_route: Vec<u32>,
+    #[prost(uint64, repeated, tag = "9")]
+    counted_requests: Vec<u64>,
 }
 
 /// The first field of a [`SpanNameMsg`]: decoding its bytes as this skips the rest.
@@ -352,6 +367,9 @@ pub fn encode_summary(s: &WindowSummary, pprof_len: u64) -> Vec<u8> {
         requests_unknown: c.routes.iter().map(|r| r.requests_unknown).collect(),
         request_route: c.requests.iter().map(|&(r, _)| r).collect(),
         request_span: c.requests.iter().map(|&(_, id)| id.to_u64()).collect(),
+        counted: c.counted.is_some(),
+        counted_route: c.counted.iter().flatten().map(|&(r, _)| r).collect(),
+        counted_requests: c.counted.iter().flatten().map(|&(_, n)| n).collect(),
     });
     SummaryMsg {
         format: FORMAT,
@@ -426,8 +444,16 @@ pub(crate) fn decode(data: Bytes, scope: &SummaryScope) -> Result<StoredSummary,
             msg.period_ns = 0;
             msg.unsampled_spans = 0;
         }
-        FORMAT if msg.complete_2 => {}
-        FORMAT => return Err(SummaryError::Incomplete),
+        FORMAT_2 | FORMAT if msg.complete_2 => {
+            if msg.format == FORMAT_2 {
+                if let Some(c) = &mut msg.costs {
+                    c.counted = false;
+                    c.counted_route.clear();
+                    c.counted_requests.clear();
+                }
+            }
+        }
+        FORMAT_2 | FORMAT => return Err(SummaryError::Incomplete),
         found => return Err(SummaryError::Format { found }),
     }
     if !msg.complete {
@@ -716,6 +742,14 @@ fn window_costs(
             what: "route cost",
         });
     }
+    if c.counted_route.len() != c.counted_requests.len()
+        || (!c.counted && !c.counted_route.is_empty())
+    {
+        return Err(SummaryError::Columns {
+            route: at,
+            what: "request count",
+        });
+    }
     if c.request_route.len() != c.request_span.len() {
         return Err(SummaryError::Columns {
             route: at,
@@ -766,7 +800,29 @@ fn window_costs(
         })?;
         requests.push((check("request route", route)?, id));
     }
-    Ok(WindowCosts { routes, requests })
+    let counted = if c.counted {
+        let mut v = Vec::with_capacity(c.counted_route.len());
+        for (&route, &n) in c.counted_route.iter().zip(&c.counted_requests) {
+            v.push((check("request count route", route)?, n));
+        }
+        if v.iter()
+            .try_fold(0u64, |sum, &(_, n)| sum.checked_add(n))
+            .is_none()
+        {
+            return Err(SummaryError::Counts {
+                route: at,
+                what: "the request counts overflow",
+            });
+        }
+        Some(v)
+    } else {
+        None
+    };
+    Ok(WindowCosts {
+        routes,
+        requests,
+        counted,
+    })
 }
 
 /// One span name's entry, checked: equal columns, string indices, non-zero span ids, and
@@ -898,11 +954,58 @@ mod tests {
         let back = decode_summary(&bytes).unwrap();
         assert_eq!(back.summary, s);
         assert_eq!(back.pprof_len, 99);
-        // Format 2; format 1's end marker; format 2's (tag 21: two bytes of key).
+        // Format 3; format 1's end marker; format 2's (tag 21: two bytes of key).
         assert_eq!(
             encode_summary(&WindowSummary::default(), 0),
-            vec![8, 2, 15 << 3, 1, 0xa8, 0x01, 1]
+            vec![8, 3, 15 << 3, 1, 0xa8, 0x01, 1]
         );
+    }
+
+    #[test]
+    fn request_counts_round_trip_and_a_format_2_summary_has_none() {
+        use crate::store::query::Filter;
+        let mut counted = summary();
+        let costs = counted.costs.as_mut().unwrap();
+        let route = costs.routes[0].route;
+        costs.requests.clear();
+        costs.counted = Some(vec![(route, 1_234)]);
+        let back = decode_summary(&encode_summary(&counted, 0))
+            .unwrap()
+            .summary;
+        assert_eq!(back, counted);
+        let name = back.string(route).to_owned();
+        let a = back.cost_attribution(&Filter::default()).unwrap();
+        assert_eq!(a.routes[&name].requests.count(), 1_234);
+        assert!(!a.routes[&name].requests.sampled_only);
+
+        // Written by a version that knew format 2 only: the same message without the counts.
+        let mut old = SummaryMsg::decode(encode_summary(&counted, 0).as_slice()).unwrap();
+        old.format = 2;
+        let back = decode_summary(&old.encode_to_vec()).unwrap().summary;
+        assert_eq!(back.costs.as_ref().unwrap().counted, None);
+        let a = back.cost_attribution(&Filter::default()).unwrap();
+        assert_eq!(a.routes[&name].requests.count(), 0);
+        assert!(a.routes[&name].requests.sampled_only);
+
+        // Counts without the flag, or columns of different lengths, are refused.
+        let mut bad = SummaryMsg::decode(encode_summary(&counted, 0).as_slice()).unwrap();
+        bad.costs.as_mut().unwrap().counted_requests.push(1);
+        assert!(matches!(
+            decode_summary(&bad.encode_to_vec()),
+            Err(SummaryError::Columns {
+                what: "request count",
+                ..
+            })
+        ));
+        let mut bad = SummaryMsg::decode(encode_summary(&counted, 0).as_slice()).unwrap();
+        bad.costs.as_mut().unwrap().counted = false;
+        assert!(matches!(
+            decode_summary(&bad.encode_to_vec()),
+            Err(SummaryError::Columns {
+                what: "request count",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -1120,7 +1223,7 @@ mod tests {
             "{e}"
         );
 
-        msg.format = 3;
+        msg.format = 4;
         let e = decode_summary(&msg.encode_to_vec()).unwrap_err();
         assert!(
             e.to_string().contains("another span-profile version"),

@@ -19,7 +19,7 @@ use span_profile_core::{Profile, SpanId, SpanRecord, WindowInfo};
 use crate::store::diff::{FrameTally, RouteCpu};
 use crate::store::frames::{self, FrameId};
 use crate::store::query::{
-    distinct, spans_dropped, CostAttribution, Filter, FrameCosts, Report, Tally,
+    distinct, spans_dropped, CostAttribution, Filter, FrameCosts, Report, Requests, Tally,
 };
 use crate::store::span_name::{named_ancestors, SpanNameTally};
 
@@ -172,9 +172,13 @@ pub struct LeafCpu {
 pub struct WindowCosts {
     /// One entry per route label with samples, sorted by route name.
     pub routes: Vec<RouteCosts>,
-    /// The requests: (route label, local-root span id) of every local-root span record with
-    /// a route, sorted, each pair once.
+    /// The requests of a window that did not count them: (route label, local-root span id)
+    /// of every local-root span record with a route, sorted, each pair once. Empty when
+    /// `counted` is set.
     pub requests: Vec<(u32, SpanId)>,
+    /// The window's request counts (route label, requests), sorted ([`Profile::requests`],
+    /// ADR 0032); `None` when the window did not count them, or the summary is older.
+    pub counted: Option<Vec<(u32, u64)>>,
 }
 
 /// One route's CPU in a window.
@@ -391,7 +395,8 @@ impl WindowSummary {
             r.wall += s.wall_samples;
             r.cpu += s.cpu_samples;
             r.cpu_ns += s.cpu_ns;
-            if (s.cpu_samples > 0 || s.cpu_ns > 0) && spans_dropped(p, s) {
+            // A window that counts its requests knows them without its spans (ADR 0032).
+            if p.requests.is_none() && (s.cpu_samples > 0 || s.cpu_ns > 0) && spans_dropped(p, s) {
                 r.requests_unknown = true;
             }
             // `keys` has one entry per frame: an out-of-range index is skipped, as
@@ -451,15 +456,27 @@ impl WindowSummary {
                 c.finish(route)
             })
             .collect();
-        for r in index.values() {
-            if let Some(route) = r.route.as_deref() {
-                if r.span_id == r.local_root_span_id {
-                    costs.requests.push((strings.intern(route), r.span_id));
+        match &p.requests {
+            Some(counts) => {
+                let mut counted: Vec<(u32, u64)> = counts
+                    .iter()
+                    .map(|c| (strings.intern(&c.route), c.requests))
+                    .collect();
+                counted.sort_unstable();
+                costs.counted = Some(counted);
+            }
+            None => {
+                for r in index.values() {
+                    if let Some(route) = r.route.as_deref() {
+                        if r.span_id == r.local_root_span_id {
+                            costs.requests.push((strings.intern(route), r.span_id));
+                        }
+                    }
                 }
+                costs.requests.sort_unstable();
+                costs.requests.dedup();
             }
         }
-        costs.requests.sort_unstable();
-        costs.requests.dedup();
         // Every span name of the span table, with its spans, sorted by name.
         let mut named: FxHashMap<&str, Vec<NamedSpan>> = FxHashMap::default();
         for r in index.values() {
@@ -669,14 +686,15 @@ impl WindowSummary {
         Some(t)
     }
 
-    /// The routes of [`WindowSummary::costs`] that `filter` selects, or `None` if the
-    /// summary cannot answer it. None for a window the filter leaves out.
+    /// The routes of [`WindowSummary::costs`] that `filter` selects, with their requests
+    /// ([`crate::store::query::window_requests`] of the window), or `None` if the summary
+    /// cannot answer it. Nothing for a window the filter leaves out.
     fn selected_costs<'a>(
         &'a self,
         filter: &'a Filter,
     ) -> Option<(
         impl Iterator<Item = &'a RouteCosts> + 'a,
-        impl Iterator<Item = &'a (u32, SpanId)> + 'a,
+        FxHashMap<&'a str, Requests>,
     )> {
         let costs = self.costs.as_ref()?;
         if !self.can_answer(filter) || filter.span_name.is_some() {
@@ -690,9 +708,32 @@ impl WindowSummary {
                     .as_deref()
                     .is_none_or(|want| self.string(route) == want)
         };
+        let mut requests: FxHashMap<&str, Requests> = FxHashMap::default();
+        match &costs.counted {
+            Some(counted) => {
+                for &(route, n) in counted.iter().filter(|(r, _)| wanted(*r)) {
+                    requests.entry(self.string(route)).or_default().counted += n;
+                }
+            }
+            None => {
+                for &(route, id) in costs.requests.iter().filter(|(r, _)| wanted(*r)) {
+                    let e = requests.entry(self.string(route)).or_default();
+                    e.seen.insert(id);
+                    e.sampled_only = true;
+                }
+                // A route with CPU here and no sampled request still counts only sampled ones.
+                let on_cpu = |r: &&RouteCosts| r.cpu_samples > 0 || r.cpu_ns > 0;
+                for r in costs.routes.iter().filter(|r| wanted(r.route) && on_cpu(r)) {
+                    requests
+                        .entry(self.string(r.route))
+                        .or_default()
+                        .sampled_only = true;
+                }
+            }
+        }
         Some((
             costs.routes.iter().filter(move |r| wanted(r.route)),
-            costs.requests.iter().filter(move |(r, _)| wanted(*r)),
+            requests,
         ))
     }
 
@@ -704,11 +745,8 @@ impl WindowSummary {
         for r in routes.filter(|r| r.cpu_ns > 0) {
             *t.cpu_ns.entry(self.string(r.route).to_owned()).or_default() += r.cpu_ns;
         }
-        for &(route, id) in requests {
-            t.requests
-                .entry(self.string(route).to_owned())
-                .or_default()
-                .insert(id);
+        for (route, n) in requests {
+            t.requests.entry(route.to_owned()).or_default().merge(n);
         }
         Some(t)
     }
@@ -742,12 +780,12 @@ impl WindowSummary {
             e.cpu_ns += r.cpu_ns;
             e.requests_unknown |= r.requests_unknown;
         }
-        for &(route, id) in requests {
+        for (route, n) in requests {
             a.routes
-                .entry(self.string(route).to_owned())
+                .entry(route.to_owned())
                 .or_default()
                 .requests
-                .insert(id);
+                .merge(n);
         }
         Some(a)
     }
