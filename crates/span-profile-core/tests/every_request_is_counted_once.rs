@@ -32,7 +32,9 @@ fn request(table: &SpanTable, n: u64, route: &str) {
     let late = n.is_multiple_of(2);
     // Every third request continues a trace from another process: a remote parent still
     // makes the span a local root.
-    let remote_parent = n.is_multiple_of(3).then(|| SpanId::from_u64(u64::MAX - n).unwrap());
+    let remote_parent = n
+        .is_multiple_of(3)
+        .then(|| SpanId::from_u64(u64::MAX - n).unwrap());
     table.start(SpanStart {
         trace_id,
         span_id: root,
