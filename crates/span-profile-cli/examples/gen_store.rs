@@ -1,17 +1,21 @@
 //! Writes a synthetic day of one service into a file store, for the CLI's figures:
-//! `cargo run --release -p span-profile-cli --example gen_store -- /tmp/store [windows] [stacks]`
-//! (default 1440 windows of 60 s, 10,000 distinct stacks each, starting 2024-05-01T00:00Z).
+//! `cargo run --release -p span-profile-cli --example gen_store -- /tmp/store [windows] [stacks] [versions]`
+//! (default 1440 windows of 60 s, 10,000 distinct stacks each, starting 2024-05-01T00:00Z, all
+//! of version 1.4.2; with `versions` N, consecutive runs of windows are versions 1.4.2, 1.4.3,
+//! and so on, for `diff`).
 //!
 //! Each window has 10,000 rows, one per stack. The service's stacks are the same in every
 //! window (its code paths), each tied to one route and thread: 80% are in requests (20 routes,
 //! rows spread over about 2,000 spans per window, each with its span record), 20% background.
-//! Frames come from a pool of 600 functions; counts vary per window.
+//! Frames come from a pool of 600 functions; counts vary per window. Each window counts ten
+//! requests per span record (ADR 0032: most requests of a busy service get no sample).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use span_profile_core::{
-    Frame, Profile, ProfileSample, Resource, SpanContext, SpanId, SpanRecord, Stack, TraceId,
+    Frame, Profile, ProfileSample, Resource, RouteRequests, SpanContext, SpanId, SpanRecord, Stack,
+    TraceId,
 };
 use span_profile_export::FileStore;
 use span_profile_test::XorShift as Rng;
@@ -20,12 +24,15 @@ const DAY_START_NS: u64 = 1_714_521_600_000_000_000; // 2024-05-01T00:00:00Z
 const WINDOW_NS: u64 = 60_000_000_000;
 const PERIOD_NS: u64 = 10_000_000;
 
-pub(crate) fn window(i: u64, stacks: usize) -> Profile {
+/// Requests counted per span record kept.
+const REQUESTS_PER_RECORD: u64 = 10;
+
+pub(crate) fn window(i: u64, stacks: usize, version: &str) -> Profile {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (i + 1));
     let mut p = Profile::empty(
         Resource {
             service: "checkout".into(),
-            version: Some("1.4.2".into()),
+            version: Some(version.into()),
             environment: Some("prod".into()),
             instance: Some("checkout-7f9c-1".into()),
             attributes: Vec::new(),
@@ -102,6 +109,15 @@ pub(crate) fn window(i: u64, stacks: usize) -> Profile {
                 .with_end_unix_ns(Some(start + 1_000_000 * (1 + rng.below(2_000)))),
         );
     }
+    let mut counts: Vec<RouteRequests> = routes
+        .iter()
+        .map(|r| RouteRequests {
+            route: r.clone(),
+            requests: REQUESTS_PER_RECORD * (spans_per_window / 20),
+        })
+        .collect();
+    counts.sort_by(|a, b| a.route.cmp(&b.route));
+    p.requests = Some(counts);
     p.stats.ticks = WINDOW_NS / PERIOD_NS;
     p.stats.effective_rate_millihz = 100_000;
     p
@@ -114,6 +130,8 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("usage: gen_store DIR [windows] [stacks]"))?;
     let windows: u64 = args.next().map_or(Ok(1440), |s| s.parse())?;
     let stacks: usize = args.next().map_or(Ok(10_000), |s| s.parse())?;
+    let versions: u64 = args.next().map_or(Ok(1), |s| s.parse())?;
+    let per_version = windows.div_ceil(versions.max(1)).max(1);
     let store = FileStore::new(&dir);
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -124,7 +142,8 @@ fn main() -> anyhow::Result<()> {
                 if i >= windows {
                     break;
                 }
-                if let Err(e) = store.write(&window(i, stacks)) {
+                let version = format!("1.4.{}", 2 + i / per_version);
+                if let Err(e) = store.write(&window(i, stacks, &version)) {
                     eprintln!("window {i}: {e}");
                 }
             });

@@ -17,7 +17,7 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(31);
-    let p = gen_store::window(0, 10_000);
+    let p = gen_store::window(0, 10_000, "1.4.2");
     let mut times = Vec::with_capacity(runs);
     let mut len = 0;
     for _ in 0..runs {
