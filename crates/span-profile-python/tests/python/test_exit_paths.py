@@ -19,8 +19,11 @@ from pprof_reader import read_all
 
 CHILDREN = 3
 #: CPU seconds each child burns under its span (children share the cores, so this is CPU
-#: time, not wall time).
-WORK_S = 1.0
+#: time, not wall time). The CPU a child uses after its span's last sample goes to the next
+#: sample, outside the span (ADR 0019), and under load that sample can be late: at 1 s, CI saw
+#: 0.53 and 0.73 s of 1.0 on 3.13 (three children and their samplers on 2 cores); the loss does
+#: not grow with the work, so 2 s halves it against the tolerance.
+WORK_S = 2.0
 #: How far the CPU of a child's span in the store may be from what the child measured.
 TOLERANCE = 0.25
 #: _agent.EXIT_TIMEOUT_S, plus the time a child takes to exit once its work is done.
