@@ -25,7 +25,9 @@ scheduled arrival to the end of the response). Per run:
 Arms: none, span_profile-full (100 Hz, budget off), span_profile (100 Hz, default budget), py-spy
 (record -r 100 --nonblocking, out of process), pyroscope (pyroscope-io + pyroscope-otel), ddtrace
 (ddtrace.auto with its OpenTelemetry bridge, DD_TRACE_OTEL_ENABLED, and profiling on), and, only when
-asked for, ddtrace-100hz (the same with its adaptive sampling off and its interval at 10 ms). A peer that
+asked for, ddtrace-100hz (the same with its adaptive sampling off and its interval at 10 ms), and two
+arms that break span_profile's cost down: span_profile-hooks (its span hooks, with the sampler at
+1 Hz) and span_profile-w1 (100 Hz with 1 s windows, so a 10 s run closes and exports ten). A peer that
 is not installed in --python is skipped with a note. Peers upload to a local sink in this process.
 
 The table gives, per service, load and arm, the median over runs and, against the none run of the
@@ -47,8 +49,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-ARMS = ["none", "span_profile-full", "span_profile", "py-spy", "pyroscope", "ddtrace", "ddtrace-100hz"]
-DEFAULT_ARMS = ARMS[:-1]
+ARMS = ["none", "span_profile-full", "span_profile", "py-spy", "pyroscope", "ddtrace", "ddtrace-100hz",
+        "span_profile-hooks", "span_profile-w1"]
+DEFAULT_ARMS = ARMS[:6]
+#: Arms that run span_profile with the budget off, and the sample rate each asks for.
+SPAN_PROFILE_RATE = {"span_profile-full": 100, "span_profile-hooks": 1, "span_profile-w1": 100}
 
 
 def proc_cpu_s(pid):
@@ -103,12 +108,20 @@ def arm_available(args, arm):
     if arm == "py-spy":
         return None if os.access(pyspy_path(args), os.X_OK) else "no py-spy next to --python"
     mod = {"span_profile-full": "span_profile", "span_profile": "span_profile", "pyroscope": "pyroscope.otel",
+           "span_profile-hooks": "span_profile", "span_profile-w1": "span_profile",
            "ddtrace": "ddtrace.opentelemetry", "ddtrace-100hz": "ddtrace.opentelemetry"}.get(arm)
     if mod is None:
         return None
     rc = subprocess.run([args.python, "-c", "import " + mod], stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL).returncode
     return None if rc == 0 else "%s does not import in %s" % (mod, args.python)
+
+
+def service_agent(arm):
+    """The --agent of fixed_load_service.py for `arm`."""
+    if arm == "py-spy":
+        return "none"  # out of process
+    return "span_profile-full" if arm in SPAN_PROFILE_RATE else arm
 
 
 def pyspy_path(args):
@@ -131,13 +144,15 @@ def client(args, port, rate, duration, first, seed):
 def run_once(args, service, arm, rate, seed, sink):
     """One run of one arm: starts the service, loads it, measures, stops it."""
     cmd = [args.python, os.path.join(HERE, "fixed_load_service.py"), "--service", service,
-           "--agent", "none" if arm == "py-spy" else arm, "--bench", args.bench, "--rate", "100",
+           "--agent", service_agent(arm), "--bench", args.bench, "--rate", str(SPAN_PROFILE_RATE.get(arm, 100)),
            "--sink", sink, "--work", str(args.work), "--idle-threads", str(args.idle_threads)]
     env = dict(os.environ)
     for k in [k for k in env if k.startswith(("SPAN_PROFILE_", "DD_"))]:
         del env[k]
-    if arm == "span_profile-full":
+    if arm in SPAN_PROFILE_RATE:
         env["SPAN_PROFILE_OVERHEAD_BUDGET"] = "0"
+    if arm == "span_profile-w1":
+        env["SPAN_PROFILE_WINDOW_S"] = "1"
     if arm.startswith("ddtrace"):
         env.update(DD_TRACE_OTEL_ENABLED="true", DD_PROFILING_ENABLED="true", DD_TRACE_AGENT_URL=sink,
                    DD_INSTRUMENTATION_TELEMETRY_ENABLED="false", DD_REMOTE_CONFIGURATION_ENABLED="false",
