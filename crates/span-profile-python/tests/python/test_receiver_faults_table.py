@@ -37,6 +37,10 @@ CHILD = r"""
 import json, sys, time, warnings
 import span_profile
 warnings.simplefilter("always")
+# Windows end on wall-clock seconds: start 0.5 s past one, so that the first and the last window
+# are long enough to hold samples. (A window with no sample has nothing to send and counts as
+# delivered, which would blur "delivered equals acknowledged".)
+time.sleep((1.5 - time.time() % 1.0) % 1.0)
 agent = span_profile.start(service="faults", output=sys.argv[1], sample_rate_hz=100, window_s=1.0)
 end = time.monotonic() + float(sys.argv[2])
 while time.monotonic() < end:
