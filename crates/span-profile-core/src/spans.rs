@@ -136,12 +136,14 @@ impl Inner {
             *n += 1;
             return;
         }
-        let key = if self.requests.len() < self.limits.max_routes {
-            route.clone()
+        if self.requests.len() < self.limits.max_routes {
+            self.requests.insert(route.clone(), 1);
+        } else if let Some(n) = self.requests.get_mut(OTHER_VALUE) {
+            // No allocation under the hooks' lock once `_other` is there.
+            *n += 1;
         } else {
-            Arc::from(OTHER_VALUE)
-        };
-        *self.requests.entry(key).or_default() += 1;
+            self.requests.insert(Arc::from(OTHER_VALUE), 1);
+        }
     }
 }
 
