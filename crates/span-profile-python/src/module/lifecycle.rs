@@ -135,6 +135,10 @@ impl NativeAgent {
             Ok(v) => ReadMode::parse(&v).map_err(PyValueError::new_err)?,
             Err(_) => ReadMode::Guarded,
         };
+        let sched_watch = match std::env::var("SPAN_PROFILE_SCHED_WATCH") {
+            Ok(v) => parse_switch("SPAN_PROFILE_SCHED_WATCH", &v).map_err(PyValueError::new_err)?,
+            Err(_) => true,
+        };
         let span_objects = Arc::new(SpanObjects::default());
         let target = context_target(
             py,
@@ -151,6 +155,7 @@ impl NativeAgent {
             target.map(|t| (t, span_objects.table())),
             read_mode,
             walker::own_package_dir(py),
+            sched_watch,
         );
         // No registry: the sampler reads OpenTelemetry's own context, and spans resolve
         // through the span-object table (ADR 0011); a sample whose context cannot be read
@@ -358,6 +363,8 @@ impl NativeAgent {
             d.set_item("walker_skipped_threads", w.skipped_threads)?;
             d.set_item("walker_invalid_reads", w.invalid_reads)?;
             d.set_item("walker_code_cache_full", w.code_cache_full)?;
+            d.set_item("walker_clock_reads_saved", w.clock_reads_saved)?;
+            d.set_item("walker_sched_page_failures", w.sched_page_failures)?;
             d.set_item(
                 "walker_thread_names_busy",
                 self.walker_handles.threads.busy_lookups(),
@@ -433,4 +440,15 @@ fn undelivered_message(p: &ProfilerStats, output: &str) -> Option<String> {
 #[pyo3(signature = (agent))]
 pub(crate) fn set_span_hooks(agent: Option<Py<NativeAgent>>) {
     processor::install(agent.map(|a| a.get().recorder.clone()));
+}
+
+/// An on/off environment variable: `1`, `on`, `true`, `yes` or `0`, `off`, `false`, `no`.
+fn parse_switch(name: &str, value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "true" | "yes" => Ok(true),
+        "0" | "off" | "false" | "no" => Ok(false),
+        _ => Err(format!(
+            "{name}={value:?} is not understood: use 1 (the default) or 0"
+        )),
+    }
 }

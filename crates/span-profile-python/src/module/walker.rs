@@ -35,17 +35,20 @@ pub(crate) struct WalkerHandles {
 /// or `"none: <why>"`). With `context`, samples take their span and task name from the
 /// context running on each thread, resolving span objects in the span-object table that comes
 /// with it. `reads` says how interpreter memory is copied. Frames of code under `hidden` (our
-/// own package, [`own_package_dir`]) are left out of stacks.
+/// own package, [`own_package_dir`]) are left out of stacks. `sched_watch` says whether waiting
+/// threads' clock reads may be saved (ADR 0033).
 pub(crate) fn build(
     major: u8,
     minor: u8,
     context: Option<(ContextTarget, Arc<SpanObjectTable>)>,
     reads: ReadMode,
     hidden: Option<&'static str>,
+    sched_watch: bool,
 ) -> (Boxed, WalkerHandles, String) {
     let version = PythonVersion::new(major, minor);
     let config = WalkerConfig {
         hidden_file_prefix: hidden,
+        sched_watch,
         ..WalkerConfig::default()
     };
     match PythonWalker::for_current_process_with(version, config, reads) {

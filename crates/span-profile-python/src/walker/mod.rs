@@ -57,6 +57,7 @@ mod memory;
 mod namebuf;
 mod object_table;
 mod objects;
+mod sched;
 mod stats;
 mod target;
 mod threads;

@@ -40,6 +40,12 @@ span_profile_core::counters! {
         /// Samples of threads that had not run since their stack was copied, reported from the
         /// walker's copy without reading frames (always off CPU).
         reused_stacks,
+        /// CPU-clock reads saved: the thread's scheduler page showed it had not run since its
+        /// last read (ADR 0033).
+        clock_reads_saved,
+        /// `perf_event_open` calls the kernel refused (after three the walker stops asking,
+        /// and reads every clock).
+        sched_page_failures,
         /// Thread frame stacks (3.11+ data stack chunks) copied in one read.
         stack_copies,
         /// Frames read one by one (3.9/3.10 frame objects; on 3.11+ frames outside the copied

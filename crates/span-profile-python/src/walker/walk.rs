@@ -17,6 +17,7 @@ use super::layout::{check_debug_offsets, Layout, LayoutError, PythonVersion, CON
 use super::memory::{field_u64, MemoryReader, ProcessVmReader, ReadError};
 use super::namebuf::NameBuf;
 use super::object_table::SpanObjectTable;
+use super::sched::{ClockRead, SchedWatch};
 use super::stats::{bump, WalkerCounters};
 use super::target::{SetupError, Target};
 use super::threads::is_own_thread;
@@ -47,6 +48,11 @@ pub struct WalkerConfig {
     /// Frames of code whose file name starts with this are left out of every stack: the
     /// agent sets it to its own package's directory, so no frame of ours shows (ADR 0020).
     pub hidden_file_prefix: Option<&'static str>,
+    /// With [`CpuTimeSource::ThreadClock`], replace the CPU-clock read of a thread that has
+    /// waited a while by a load from a `perf_event_open` page that shows whether the kernel has
+    /// scheduled it in since (ADR 0033). On by default; where the kernel refuses, clocks are
+    /// read as without it.
+    pub sched_watch: bool,
 }
 
 impl Default for WalkerConfig {
@@ -60,6 +66,7 @@ impl Default for WalkerConfig {
             code_cache_capacity: 64 * 1024,
             cpu_time: CpuTimeSource::ThreadClock,
             hidden_file_prefix: None,
+            sched_watch: true,
         }
     }
 }
@@ -88,6 +95,11 @@ impl WalkerConfig {
     /// Sets [`WalkerConfig::cpu_time`].
     pub fn with_cpu_time(mut self, source: CpuTimeSource) -> Self {
         self.cpu_time = source;
+        self
+    }
+    /// Sets [`WalkerConfig::sched_watch`].
+    pub fn with_sched_watch(mut self, on: bool) -> Self {
+        self.sched_watch = on;
         self
     }
     /// Sets [`WalkerConfig::hidden_file_prefix`].
@@ -135,6 +147,8 @@ pub struct PythonWalker<R> {
     registry: ThreadRegistry,
     counters: Arc<WalkerCounters>,
     cpu: CpuTracker,
+    /// Which waiting threads' clock reads can be saved (ADR 0033).
+    sched: SchedWatch,
     pthread_tid_ok: bool,
     name: NameBuf,
     /// The running context's span and task (`super::context`).
@@ -232,6 +246,10 @@ impl<R: MemoryReader> PythonWalker<R> {
             // Baselines for more threads than one tick walks: the threads a tick leaves out keep
             // theirs, and are charged what they used in between on their next sample.
             cpu: CpuTracker::new(config.max_threads.saturating_mul(4)),
+            sched: SchedWatch::new(
+                config.max_threads.saturating_mul(2),
+                config.sched_watch && config.cpu_time == CpuTimeSource::ThreadClock,
+            ),
             pthread_tid_ok,
             name: NameBuf::new(),
             ctx: ContextReader::new(layout.version),
@@ -536,7 +554,7 @@ impl<R: MemoryReader> PythonWalker<R> {
         // included): if the thread runs after it, while the frames are copied, the next tick
         // sees the clock advanced and copies them again rather than reusing a torn copy.
         let tid = self.tid_of(t.thread_id, t.native, registered_native);
-        let cpu_ns = tid.and_then(|tid| cpu_time_ns(self.config.cpu_time, tid));
+        let cpu_ns = tid.and_then(|tid| self.cpu_clock(t.thread_id, t.tstate, tid));
         let cpu_read_at = monotonic_ns();
         // The CPU time the thread used since its previous sample: this sample's CPU weight.
         let used_ns = match (tid, cpu_ns) {
@@ -659,6 +677,20 @@ impl<R: MemoryReader> PythonWalker<R> {
         if elsewhere {
             self.charge_last_running(sink, &t, tid, used_ns);
         }
+    }
+
+    /// The CPU clock of a thread: read from the kernel, or the last reading when the thread's
+    /// scheduler page proves it has not run since (ADR 0033).
+    fn cpu_clock(&mut self, thread_id: u64, tstate: u64, tid: u32) -> Option<u64> {
+        let source = self.config.cpu_time;
+        let (read, failed) = self.sched.clock(thread_id, tstate, tid, self.tick, || {
+            cpu_time_ns(source, tid)
+        });
+        bump(&self.counters.sched_page_failures, u64::from(failed));
+        if let ClockRead::Unmoved(_) = read {
+            bump(&self.counters.clock_reads_saved, 1);
+        }
+        read.ns()
     }
 
     /// Whether the thread whose CPU clock read `cpu_ns` at monotonic time `read_at`, before

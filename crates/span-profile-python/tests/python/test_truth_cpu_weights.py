@@ -211,3 +211,47 @@ def test_wall_still_counts_every_sampled_thread_blocked_or_not(output):
     wall = sum(s.values.get("wall", 0) for s in all_samples(output) if "only_sleeps" in s.functions) / 1e9
     # The sleeper is sampled on every tick it exists: wall is about the run's length.
     assert wall == pytest.approx(3.0, rel=0.25)
+
+
+def _waker(name, stop, results, in_c):
+    """Waits 0.3 s at a time, long enough for the walker to stop reading its clock (ADR 0033),
+    then burns 60 ms: in Python, or in C with the GIL released."""
+    data = os.urandom(1 << 20)
+    ns = {"stop": stop, "hashlib": hashlib, "data": data, "time": time}
+    if in_c:
+        exec(
+            "def %s():\n    t0 = time.thread_time()\n    while time.thread_time() - t0 < 0.06:\n"
+            "        hashlib.sha256(data).digest()\n" % name,
+            ns,
+        )
+    else:
+        ns[name] = named_function(name)
+    fn = ns[name]
+    start = time.thread_time()
+    while not stop.wait(0.3):
+        fn() if in_c else fn(0.06)
+    results[name] = time.thread_time() - start
+
+
+def test_a_thread_that_waited_long_is_charged_all_it_runs_when_it_wakes(output):
+    # While a thread waits, the walker stops reading its CPU clock and trusts the kernel's
+    # scheduler page instead (ADR 0033). The page must never hide CPU: threads that wait, then
+    # burn in Python or in C without the GIL, are charged what they measured.
+    agent = start(output)
+    stop, results = threading.Event(), {}
+    names = {"wakes_py_0": False, "wakes_py_1": False, "wakes_c_0": True, "wakes_c_1": True}
+    threads = [threading.Thread(target=_waker, args=(n, stop, results, c), name=n) for n, c in names.items()]
+    for t in threads:
+        t.start()
+    time.sleep(RUN_S)
+    stop.set()
+    for t in threads:
+        t.join()
+    stats = agent.stats()
+    agent.stop()
+    print({k: stats[k] for k in ("walker_samples", "walker_clock_reads_saved", "walker_sched_page_failures")})
+    if stats["walker_sched_page_failures"] == 0 or os.environ.get("CI"):
+        # The machines the suite runs on allow perf_event_open on one's own threads (paranoid 2).
+        assert stats["walker_clock_reads_saved"] > 0.3 * stats["walker_samples"], stats
+    THREAD_OF.update({n: n for n in names})
+    assert_cpu_matches(output, results)
