@@ -31,7 +31,8 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicI32, Ordering};
+use std::sync::Once;
 
 use super::code::AddrHasher;
 
@@ -43,6 +44,11 @@ pub(crate) const CLOSE_AFTER: u32 = 8;
 pub(crate) const VALIDATE_EVERY: u32 = 32;
 /// Most pages (file descriptors) open at once.
 pub(crate) const MAX_PAGES: usize = 128;
+/// A page whose thread no tick has sampled for this many ticks is closed (the thread has most
+/// likely exited: its event would hold the dead task and a descriptor).
+pub(crate) const FORGET_AFTER: u64 = 1024;
+/// How often (in ticks) pages are checked for [`FORGET_AFTER`].
+const SWEEP_EVERY: u64 = 64;
 /// After this many refusals of `perf_event_open` the watch stops trying.
 const MAX_FAILURES: u32 = 3;
 
@@ -75,6 +81,49 @@ const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
 const ATTR_EXCLUDE_HV: u64 = 1 << 6;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == 64);
+
+/// The descriptors of every open page in the process, so that a forked child closes them: the
+/// child's copy of the walker is abandoned, never dropped (the parent's threads are not in the
+/// child), and an inherited descriptor would keep the parent's event, and its cost at each of
+/// the parent thread's context switches, alive for as long as the child lives.
+static OPEN_FDS: [AtomicI32; 2 * MAX_PAGES] = [const { AtomicI32::new(-1) }; 2 * MAX_PAGES];
+static AT_FORK: Once = Once::new();
+
+/// `pthread_atfork`'s child handler: closes the inherited page descriptors.
+extern "C" fn close_pages_in_child() {
+    for slot in &OPEN_FDS {
+        let fd = slot.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: `fd` was a page's descriptor when the process forked (registered by
+            // `Page::open`, unregistered before its close); `close` is async-signal-safe.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Records `fd` in [`OPEN_FDS`]; false if the table is full.
+fn register_fd(fd: i32) -> bool {
+    AT_FORK.call_once(|| {
+        // SAFETY: registers a handler that only closes descriptors; no preconditions.
+        unsafe { libc::pthread_atfork(None, None, Some(close_pages_in_child)) };
+    });
+    OPEN_FDS.iter().any(|slot| {
+        slot.compare_exchange(-1, fd, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// Removes `fd` from [`OPEN_FDS`].
+fn unregister_fd(fd: i32) {
+    for slot in &OPEN_FDS {
+        if slot
+            .compare_exchange(fd, -1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
 
 /// A task-clock event on one thread and its mapped metadata page.
 struct Page {
@@ -147,7 +196,16 @@ impl Page {
             unsafe { libc::close(fd) };
             return Err(errno);
         }
-        Ok(Self { fd, map, len })
+        // Not inherited by a forked child (which closes the descriptor too, see `OPEN_FDS`).
+        // SAFETY: (1) `map` and `len` are the mapping just made. (2) Failure only means the
+        // child inherits the mapping, which it never reads.
+        unsafe { libc::madvise(map, len, libc::MADV_DONTFORK) };
+        let page = Self { fd, map, len };
+        if !register_fd(fd) {
+            drop(page);
+            return Err(libc::EMFILE);
+        }
+        Ok(page)
     }
 
     /// The page's sequence count: it changes each time the kernel schedules the thread in.
@@ -166,6 +224,7 @@ impl Page {
 
 impl Drop for Page {
     fn drop(&mut self) {
+        unregister_fd(self.fd);
         // SAFETY: (1) `map` and `len` are the mapping `open` made, unmapped exactly once, here.
         // (2) `fd` is ours and closed exactly once.
         unsafe {
@@ -228,6 +287,8 @@ pub(crate) struct SchedWatch {
     open_pages: usize,
     failures: u32,
     enabled: bool,
+    /// The tick of the last sweep for [`FORGET_AFTER`].
+    swept_at: u64,
 }
 
 impl SchedWatch {
@@ -241,6 +302,7 @@ impl SchedWatch {
             open_pages: 0,
             failures: 0,
             enabled,
+            swept_at: 0,
         }
     }
 
@@ -263,6 +325,9 @@ impl SchedWatch {
     ) -> (ClockRead, u32) {
         if !self.enabled {
             return (ClockRead::Read(read()), 0);
+        }
+        if tick >= self.swept_at.saturating_add(SWEEP_EVERY) {
+            self.sweep(tick);
         }
         let i = self.slot(thread_id, tstate, tid, tick);
         let Self {
@@ -338,6 +403,19 @@ impl SchedWatch {
             }
         }
         (ClockRead::Read(Some(ns)), failed)
+    }
+
+    /// Closes the pages of threads no tick has sampled for [`FORGET_AFTER`] ticks.
+    fn sweep(&mut self, tick: u64) {
+        self.swept_at = tick;
+        for s in &mut self.slots {
+            if s.page.is_some() && tick.saturating_sub(s.last_tick) >= FORGET_AFTER {
+                s.page = None;
+                s.off_cpu = false;
+                s.quiet_reads = 0;
+                self.open_pages -= 1;
+            }
+        }
     }
 
     /// The slot of `thread_id`, reset if it held another thread (state or tid), or a new
@@ -506,6 +584,33 @@ mod tests {
             assert!(matches!(tick(&mut w, tid, k), ClockRead::Read(_)));
         }
         assert_eq!(w.open_pages(), 0, "a busy thread keeps no page");
+        drop(tx);
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn the_page_of_a_thread_no_longer_sampled_is_closed() {
+        if !perf_available() {
+            return;
+        }
+        let (tid, tx, h) = spinner();
+        let mut w = SchedWatch::new(8, true);
+        let mut k = 0;
+        while w.open_pages() == 0 && k < 50 {
+            k += 1;
+            tick(&mut w, tid, k);
+        }
+        assert_eq!(w.open_pages(), 1);
+        // Another thread is sampled for a long time; the first is not (it exited, say).
+        let me = gettid();
+        for j in 0..(FORGET_AFTER + SWEEP_EVERY) {
+            w.clock(9, 9, me, k + 1 + j, || Some(1 + j));
+        }
+        assert_eq!(
+            w.open_pages(),
+            0,
+            "the page of a thread gone quiet for good is closed"
+        );
         drop(tx);
         h.join().unwrap();
     }
