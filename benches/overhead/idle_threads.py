@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """What waiting threads cost the sampler, with and without the scheduler pages of ADR 0033.
 
-Each run is a fresh interpreter with THREADS threads parked in `Event.wait()` and the agent
-at 100 Hz with the budget off. After a second of warm-up it reads the CPU time of the
-sampler thread (`/proc/self/task/*/schedstat`, the thread named `span-profile-sa…`) over
-SECONDS and divides by the ticks taken: the sampler's CPU per tick. Arms alternate A B A B in
-one run: `SPAN_PROFILE_SCHED_WATCH=0` (every clock read) and `=1` (the default).
+Each run is a fresh interpreter with THREADS threads parked in `Event.wait()` (with --wake-every
+S, waking every S seconds, as the bench workload's parked threads do) and the agent at 100 Hz
+with the budget off. After a second of warm-up it measures over SECONDS:
+
+- the sampler thread's CPU per tick (`/proc/self/task/*/schedstat`, the thread named
+  `span-profile-sa…`, divided by the ticks taken);
+- the whole process's CPU per second (`time.process_time()`: the sampler, the parked threads'
+  wake-ups, and what watching them costs them at their context switches).
+
+Arms alternate A B A B in one run: `SPAN_PROFILE_SCHED_WATCH=0` (every clock read) and `=1`
+(the default).
 
     python benches/overhead/idle_threads.py --python target/venvs/3.12.1/bin/python \\
-        --threads 0 64 --pairs 4 --seconds 8
+        --threads 0 64 --pairs 4 --seconds 8 [--wake-every 0.5]
 """
 import argparse
 import json
@@ -20,9 +26,14 @@ import sys
 CHILD = r"""
 import json, os, sys, tempfile, threading, time
 import span_profile
-n, seconds = int(sys.argv[1]), float(sys.argv[2])
+n, seconds, wake = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
 parked = threading.Event()
-threads = [threading.Thread(target=parked.wait) for _ in range(n)]
+
+def park():
+    while not parked.wait(wake or None):
+        pass
+
+threads = [threading.Thread(target=park) for _ in range(n)]
 for t in threads:
     t.start()
 agent = span_profile.start(service="idle-threads", output=tempfile.mkdtemp(prefix="idle-threads-"),
@@ -42,21 +53,22 @@ def sampler_ns():
     raise SystemExit("no sampler thread found")
 
 time.sleep(1.0)
-c0, t0 = sampler_ns(), agent.stats()["ticks"]
+c0, t0, p0 = sampler_ns(), agent.stats()["ticks"], time.process_time()
 time.sleep(seconds)
-c1, s = sampler_ns(), agent.stats()
+c1, s, p1 = sampler_ns(), agent.stats(), time.process_time()
 agent.stop()
 parked.set()
 print(json.dumps({"us_per_tick": (c1 - c0) / (s["ticks"] - t0) / 1000,
+                  "process_ms_per_s": (p1 - p0) / seconds * 1000,
                   "clock_reads_saved": s["walker_clock_reads_saved"],
                   "sched_page_failures": s["walker_sched_page_failures"],
                   "load1": os.getloadavg()[0]}))
 """
 
 
-def run(python, threads, seconds, watch):
+def run(python, threads, seconds, wake, watch):
     env = dict(os.environ, SPAN_PROFILE_SCHED_WATCH=watch)
-    out = subprocess.run([python, "-c", CHILD, str(threads), str(seconds)], env=env,
+    out = subprocess.run([python, "-c", CHILD, str(threads), str(seconds), str(wake)], env=env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -67,21 +79,25 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[0, 64])
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--wake-every", type=float, default=0.0,
+                    help="parked threads wake every this many seconds (0: never)")
     args = ap.parse_args()
     results = {}
     for p in range(args.pairs):
         for n in args.threads:
             for watch in ("0", "1"):
-                r = run(args.python, n, args.seconds, watch)
-                results.setdefault((n, watch), []).append(r["us_per_tick"])
+                r = run(args.python, n, args.seconds, args.wake_every, watch)
+                results.setdefault((n, watch), []).append(r)
                 print(json.dumps(dict(r, pair=p, threads=n, watch=watch)), flush=True)
-    print("\nsampler CPU per tick, µs: median [min-max] of %d runs" % args.pairs)
-    for n in args.threads:
-        off, on = results[(n, "0")], results[(n, "1")]
-        ratios = [b / a for a, b in zip(off, on)]
-        print("%3d waiting threads: every read %.1f [%.1f-%.1f]  watched %.1f [%.1f-%.1f]  paired ratio %.2f [%.2f-%.2f]"
-              % (n, statistics.median(off), min(off), max(off), statistics.median(on), min(on), max(on),
-                 statistics.median(ratios), min(ratios), max(ratios)))
+    for key, what in (("us_per_tick", "sampler CPU per tick, µs"), ("process_ms_per_s", "process CPU, ms a second")):
+        print("\n%s: median [min-max] of %d runs" % (what, args.pairs))
+        for n in args.threads:
+            off = [r[key] for r in results[(n, "0")]]
+            on = [r[key] for r in results[(n, "1")]]
+            ratios = [b / a for a, b in zip(off, on)]
+            print("%3d waiting threads: every read %.1f [%.1f-%.1f]  watched %.1f [%.1f-%.1f]  paired ratio %.2f [%.2f-%.2f]"
+                  % (n, statistics.median(off), min(off), max(off), statistics.median(on), min(on), max(on),
+                     statistics.median(ratios), min(ratios), max(ratios)))
 
 
 if __name__ == "__main__":
