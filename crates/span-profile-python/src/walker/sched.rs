@@ -334,6 +334,7 @@ impl SchedWatch {
             slots,
             open_pages,
             failures,
+            enabled,
             ..
         } = self;
         let Some(s) = slots.get_mut(i) else {
@@ -353,6 +354,8 @@ impl SchedWatch {
                 s.busy_samples = 0;
             }
         }
+        // This read would have been saved but for VALIDATE_EVERY: it checks the premise.
+        let checks = s.off_cpu && seq == Some(s.seq);
         let ns = read();
         s.saved = 0;
         let Some(ns) = ns else {
@@ -360,6 +363,21 @@ impl SchedWatch {
             s.quiet_reads = 0;
             return (ClockRead::Read(None), 0);
         };
+        if checks && ns != s.clock_ns && s.page.as_ref().map(Page::seq) == Some(s.seq) {
+            // The thread ran, yet its page did not move, read both before and after its clock
+            // (a thread scheduled in between the first read and the clock would have moved it
+            // before the second): this kernel does not rewrite the page at each schedule-in.
+            // The reads saved so far lost no CPU (the baseline stayed at the last real read);
+            // stop saving any.
+            s.clock_ns = ns;
+            s.off_cpu = false;
+            *enabled = false;
+            for x in slots.iter_mut() {
+                x.page = None;
+            }
+            *open_pages = 0;
+            return (ClockRead::Read(Some(ns)), 1);
+        }
         // Unmoved since the previous real read (a slot's first read has `clock_ns` 0, and a
         // thread that has existed at all has used some CPU).
         let unmoved = ns == s.clock_ns;
@@ -468,7 +486,7 @@ mod tests {
     use super::*;
     use crate::walker::cpu::{cpu_time_ns, CpuTimeSource};
     use std::sync::mpsc;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     fn gettid() -> u32 {
         // SAFETY: gettid has no preconditions.
@@ -491,20 +509,51 @@ mod tests {
         }
     }
 
-    /// A thread that waits on a channel: each message makes it spin for that many ms.
-    fn spinner() -> (u32, mpsc::Sender<u64>, std::thread::JoinHandle<()>) {
-        let (tid_tx, tid_rx) = mpsc::channel();
-        let (tx, rx) = mpsc::channel::<u64>();
-        let h = std::thread::spawn(move || {
-            tid_tx.send(gettid()).unwrap();
-            while let Ok(ms) = rx.recv() {
-                let t0 = Instant::now();
-                while t0.elapsed() < Duration::from_millis(ms) {
-                    std::hint::black_box(0u64);
+    /// A thread that waits on a channel: each message makes it spin until it has used that
+    /// many ms of CPU (its own clock: a loaded machine cannot shorten it), then say so.
+    struct Spinner {
+        tid: u32,
+        run: mpsc::Sender<u64>,
+        done: mpsc::Receiver<()>,
+        handle: std::thread::JoinHandle<()>,
+    }
+
+    impl Spinner {
+        fn start() -> Self {
+            let (tid_tx, tid_rx) = mpsc::channel();
+            let (run, rx) = mpsc::channel::<u64>();
+            let (done_tx, done) = mpsc::channel();
+            let handle = std::thread::spawn(move || {
+                let me = gettid();
+                tid_tx.send(me).unwrap();
+                while let Ok(ms) = rx.recv() {
+                    let t0 = cpu_time_ns(CpuTimeSource::ThreadClock, me).unwrap();
+                    while cpu_time_ns(CpuTimeSource::ThreadClock, me).unwrap() - t0 < ms * 1_000_000
+                    {
+                        std::hint::black_box(0u64);
+                    }
+                    let _ = done_tx.send(());
                 }
+            });
+            let tid = tid_rx.recv().unwrap();
+            Self {
+                tid,
+                run,
+                done,
+                handle,
             }
-        });
-        (tid_rx.recv().unwrap(), tx, h)
+        }
+
+        /// Makes the thread use `ms` of CPU, and waits until it has.
+        fn burn(&self, ms: u64) {
+            self.run.send(ms).unwrap();
+            self.done.recv().unwrap();
+        }
+
+        fn stop(self) {
+            drop(self.run);
+            self.handle.join().unwrap();
+        }
     }
 
     #[test]
@@ -512,17 +561,15 @@ mod tests {
         if !perf_available() {
             return;
         }
-        let (tid, tx, h) = spinner();
-        let page = Page::open(tid).unwrap();
+        let sp = Spinner::start();
+        let page = Page::open(sp.tid).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let s0 = page.seq();
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(page.seq(), s0, "the thread waited: never scheduled in");
-        tx.send(5).unwrap();
-        std::thread::sleep(Duration::from_millis(30));
+        sp.burn(5);
         assert_ne!(page.seq(), s0, "the thread ran");
-        drop(tx);
-        h.join().unwrap();
+        sp.stop();
     }
 
     /// Drives the watch as the walker does, one tick every 10 ms, with the real clock.
@@ -534,12 +581,25 @@ mod tests {
         .0
     }
 
+    /// A watch ticked every 10 ms until thread `tid` (waiting) has a page; and the tick.
+    fn watching(tid: u32) -> (SchedWatch, u64) {
+        let mut w = SchedWatch::new(8, true);
+        let mut k = 0;
+        while w.open_pages() == 0 && k < 50 {
+            k += 1;
+            tick(&mut w, tid, k);
+        }
+        assert_eq!(w.open_pages(), 1, "a waiting thread gets a page");
+        (w, k)
+    }
+
     #[test]
     fn a_waiting_thread_saves_reads_and_a_woken_one_is_read_again() {
         if !perf_available() {
             return;
         }
-        let (tid, tx, h) = spinner();
+        let sp = Spinner::start();
+        let tid = sp.tid;
         let mut w = SchedWatch::new(8, true);
         let mut k = 0;
         let mut saved = 0;
@@ -552,17 +612,15 @@ mod tests {
         assert_eq!(w.open_pages(), 1);
         assert!(saved >= 25, "saved {saved} of 40 reads of a waiting thread");
         let before = cpu_time_ns(CpuTimeSource::ThreadClock, tid).unwrap();
-        // The thread runs 30 ms between two ticks: the next tick must read the clock, and
-        // see all of it.
-        tx.send(30).unwrap();
-        std::thread::sleep(Duration::from_millis(60));
+        // The thread uses 30 ms of CPU between two ticks: the next tick must read the clock,
+        // and see all of it.
+        sp.burn(30);
         k += 1;
         let ClockRead::Read(Some(ns)) = tick(&mut w, tid, k) else {
             panic!("a thread that ran was not read");
         };
-        assert!(ns - before >= 25_000_000, "{} ns", ns - before);
-        drop(tx);
-        h.join().unwrap();
+        assert!(ns - before >= 30_000_000, "{} ns", ns - before);
+        sp.stop();
     }
 
     #[test]
@@ -570,22 +628,16 @@ mod tests {
         if !perf_available() {
             return;
         }
-        let (tid, tx, h) = spinner();
-        let mut w = SchedWatch::new(8, true);
-        let mut k = 0;
-        while w.open_pages() == 0 && k < 50 {
-            k += 1;
-            tick(&mut w, tid, k);
-        }
-        assert_eq!(w.open_pages(), 1);
+        let sp = Spinner::start();
+        let tid = sp.tid;
+        let (mut w, mut k) = watching(tid);
         for _ in 0..(CLOSE_AFTER + 4) {
-            tx.send(2).unwrap();
+            sp.burn(2);
             k += 1;
             assert!(matches!(tick(&mut w, tid, k), ClockRead::Read(_)));
         }
         assert_eq!(w.open_pages(), 0, "a busy thread keeps no page");
-        drop(tx);
-        h.join().unwrap();
+        sp.stop();
     }
 
     #[test]
@@ -593,14 +645,9 @@ mod tests {
         if !perf_available() {
             return;
         }
-        let (tid, tx, h) = spinner();
-        let mut w = SchedWatch::new(8, true);
-        let mut k = 0;
-        while w.open_pages() == 0 && k < 50 {
-            k += 1;
-            tick(&mut w, tid, k);
-        }
-        assert_eq!(w.open_pages(), 1);
+        let sp = Spinner::start();
+        let tid = sp.tid;
+        let (mut w, k) = watching(tid);
         // Another thread is sampled for a long time; the first is not (it exited, say).
         let me = gettid();
         for j in 0..(FORGET_AFTER + SWEEP_EVERY) {
@@ -611,8 +658,37 @@ mod tests {
             0,
             "the page of a thread gone quiet for good is closed"
         );
-        drop(tx);
-        h.join().unwrap();
+        sp.stop();
+    }
+
+    #[test]
+    fn a_page_that_does_not_move_when_its_thread_ran_turns_the_watch_off() {
+        if !perf_available() {
+            return;
+        }
+        let sp = Spinner::start();
+        let tid = sp.tid;
+        let mut w = SchedWatch::new(8, true);
+        let mut k = 0;
+        while !matches!(tick(&mut w, tid, k), ClockRead::Unmoved(_)) && k < 50 {
+            k += 1;
+        }
+        // The thread runs; then the slot is made to look as if its page had not moved (what
+        // a kernel that does not rewrite it at schedule-in would show), with the next read
+        // due for validation.
+        sp.burn(5);
+        let i = w.by_thread[&1];
+        let s = &mut w.slots[i];
+        s.seq = s.page.as_ref().unwrap().seq();
+        s.saved = VALIDATE_EVERY - 1;
+        let (read, failed) = w.clock(1, 2, tid, k + 1, || {
+            cpu_time_ns(CpuTimeSource::ThreadClock, tid)
+        });
+        assert!(matches!(read, ClockRead::Read(Some(_))));
+        assert_eq!(failed, 1, "counted");
+        assert_eq!(w.open_pages(), 0);
+        assert!(!w.enabled, "no read is saved any more");
+        sp.stop();
     }
 
     #[test]

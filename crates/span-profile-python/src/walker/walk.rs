@@ -554,11 +554,15 @@ impl<R: MemoryReader> PythonWalker<R> {
         // included): if the thread runs after it, while the frames are copied, the next tick
         // sees the clock advanced and copies them again rather than reusing a torn copy.
         let tid = self.tid_of(t.thread_id, t.native, registered_native);
-        let cpu_ns = tid.and_then(|tid| self.cpu_clock(t.thread_id, t.tstate, tid));
+        let clock = tid.map(|tid| self.cpu_clock(t.thread_id, t.tstate, tid));
+        let cpu_ns = clock.and_then(ClockRead::ns);
         let cpu_read_at = monotonic_ns();
         // The CPU time the thread used since its previous sample: this sample's CPU weight.
-        let used_ns = match (tid, cpu_ns) {
-            (Some(tid), Some(ns)) => self.cpu.observe(t.thread_id, tid, ns),
+        let used_ns = match (tid, clock) {
+            // Not run since its last real read: nothing, and its baseline stays where that
+            // read put it, so a later read is charged everything since (ADR 0033).
+            (Some(_), Some(ClockRead::Unmoved(_))) => 0,
+            (Some(tid), Some(ClockRead::Read(Some(ns)))) => self.cpu.observe(t.thread_id, tid, ns),
             _ => 0,
         };
         if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
@@ -681,7 +685,7 @@ impl<R: MemoryReader> PythonWalker<R> {
 
     /// The CPU clock of a thread: read from the kernel, or the last reading when the thread's
     /// scheduler page proves it has not run since (ADR 0033).
-    fn cpu_clock(&mut self, thread_id: u64, tstate: u64, tid: u32) -> Option<u64> {
+    fn cpu_clock(&mut self, thread_id: u64, tstate: u64, tid: u32) -> ClockRead {
         let source = self.config.cpu_time;
         let (read, failed) = self.sched.clock(thread_id, tstate, tid, self.tick, || {
             cpu_time_ns(source, tid)
@@ -690,7 +694,7 @@ impl<R: MemoryReader> PythonWalker<R> {
         if let ClockRead::Unmoved(_) = read {
             bump(&self.counters.clock_reads_saved, 1);
         }
-        read.ns()
+        read
     }
 
     /// Whether the thread whose CPU clock read `cpu_ns` at monotonic time `read_at`, before
