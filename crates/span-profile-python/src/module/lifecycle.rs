@@ -149,6 +149,8 @@ impl NativeAgent {
             &mut resource_problems,
         )?;
         let reads_otel_context = target.is_some_and(|t| t.otel.var != 0);
+        // SAFETY: (1) `py` proves this thread holds the GIL, so it has a current thread state.
+        let caller_tstate = unsafe { pyo3::ffi::PyThreadState_Get() } as u64;
         let (walker, walker_handles, walker_kind) = walker::build(
             python_version.0,
             python_version.1,
@@ -156,6 +158,7 @@ impl NativeAgent {
             read_mode,
             walker::own_package_dir(py),
             sched_watch,
+            caller_tstate,
         );
         // No registry: the sampler reads OpenTelemetry's own context, and spans resolve
         // through the span-object table (ADR 0011); a sample whose context cannot be read
@@ -365,6 +368,8 @@ impl NativeAgent {
             d.set_item("walker_code_cache_full", w.code_cache_full)?;
             d.set_item("walker_clock_reads_saved", w.clock_reads_saved)?;
             d.set_item("walker_sched_page_failures", w.sched_page_failures)?;
+            d.set_item("walker_gil_holders_asked", w.gil_holders_asked)?;
+            d.set_item("walker_gil_readable", self.walker_handles.gil_readable)?;
             d.set_item(
                 "walker_thread_names_busy",
                 self.walker_handles.threads.busy_lookups(),

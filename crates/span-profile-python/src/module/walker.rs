@@ -29,6 +29,9 @@ pub(crate) struct WalkerHandles {
     pub(crate) context: Option<Arc<ContextCounters>>,
     /// Task names by id, filled by `Agent.task_tag`.
     pub(crate) task_names: TaskNames,
+    /// Whether the walker reads which thread holds the GIL
+    /// ([`PythonWalker::check_gil_holder`]).
+    pub(crate) gil_readable: bool,
 }
 
 /// The walker for `major.minor`, its handles, and a description for `stats()` (`"cpython 3.12"`
@@ -36,7 +39,9 @@ pub(crate) struct WalkerHandles {
 /// context running on each thread, resolving span objects in the span-object table that comes
 /// with it. `reads` says how interpreter memory is copied. Frames of code under `hidden` (our
 /// own package, [`own_package_dir`]) are left out of stacks. `sched_watch` says whether waiting
-/// threads' clock reads may be saved (ADR 0033).
+/// threads' clock reads may be saved (ADR 0033). `caller_tstate` is the calling thread's
+/// `PyThreadState`, which holds the GIL: the walker checks against it that it reads the GIL's
+/// holder right.
 pub(crate) fn build(
     major: u8,
     minor: u8,
@@ -44,6 +49,7 @@ pub(crate) fn build(
     reads: ReadMode,
     hidden: Option<&'static str>,
     sched_watch: bool,
+    caller_tstate: u64,
 ) -> (Boxed, WalkerHandles, String) {
     let version = PythonVersion::new(major, minor);
     let config = WalkerConfig {
@@ -53,6 +59,7 @@ pub(crate) fn build(
     };
     match PythonWalker::for_current_process_with(version, config, reads) {
         Ok(mut w) => {
+            let gil_readable = w.check_gil_holder(caller_tstate);
             let with_context = context.is_some();
             if let Some((target, span_objects)) = context {
                 w = w.with_context(target).with_span_objects(span_objects);
@@ -62,6 +69,7 @@ pub(crate) fn build(
                 counters: Some(w.counters().clone()),
                 context: with_context.then(|| w.context_counters().clone()),
                 task_names: w.task_names().clone(),
+                gil_readable,
             };
             (Boxed(Box::new(w)), handles, format!("cpython {version}"))
         }

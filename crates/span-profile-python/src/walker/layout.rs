@@ -116,7 +116,26 @@ pub(crate) struct Layout {
     pub(crate) unicode_data: usize,
     /// The `ready` state bit (3.9–3.11; strings are always ready from 3.12).
     pub(crate) unicode_ready_bit: Option<u8>,
+    /// Where the GIL's state (`struct _gil_runtime_state`, internal/pycore_gil.h) is.
+    pub(crate) gil: GilAt,
 }
+
+/// Where a thread's GIL (`struct _gil_runtime_state`) lies. Offsets measured with `offsetof`
+/// against each version's internal headers (`Py_BUILD_CORE`), and checked in the running
+/// interpreter before use ([`super::PythonWalker::check_gil_holder`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GilAt {
+    /// In `_PyRuntimeState` at this offset (`ceval.gil`, 3.9–3.11: one GIL per process).
+    Runtime(usize),
+    /// Pointed to by the `PyInterpreterState` field at this offset (`ceval.gil`, 3.12+: one
+    /// per interpreter, or shared).
+    InterpPointer(usize),
+}
+
+/// `_gil_runtime_state.last_holder` (the thread state that took the GIL last) and `.locked`
+/// (an int, nonzero while held), every version: after `unsigned long interval`.
+pub(crate) const GIL_LAST_HOLDER: usize = 8;
+pub(crate) const GIL_LOCKED: usize = 16;
 
 /// `PyObject.ob_type` (object.h), every version.
 pub(crate) const OB_TYPE: usize = 8;
@@ -183,6 +202,7 @@ pub(crate) const PY39: Layout = Layout {
     unicode_compact_size: UNICODE_39_311.3,
     unicode_data: UNICODE_39_311.4,
     unicode_ready_bit: Some(0x80),
+    gil: GilAt::Runtime(352), // _PyRuntimeState.ceval.gil (3.10 too)
 };
 
 /// CPython 3.10: as 3.9 except the fields listed.
@@ -235,6 +255,7 @@ pub(crate) const PY311: Layout = Layout {
     unicode_compact_size: UNICODE_39_311.3,
     unicode_data: UNICODE_39_311.4,
     unicode_ready_bit: Some(0x80),
+    gil: GilAt::Runtime(360), // _PyRuntimeState.ceval.gil
 };
 
 /// CPython 3.12: as 3.11 except the fields listed.
@@ -258,6 +279,7 @@ pub(crate) const PY312: Layout = Layout {
     unicode_compact_size: UNICODE_312.3,
     unicode_data: UNICODE_312.4,
     unicode_ready_bit: None,
+    gil: GilAt::InterpPointer(384), // PyInterpreterState.ceval.gil
     ..PY311
 };
 
@@ -275,6 +297,7 @@ pub(crate) const PY313: Layout = Layout {
     frame_code: 0,                 // _PyInterpreterFrame.f_executable
     frame_instr: 56,               // _PyInterpreterFrame.instr_ptr
     code_code_adaptive: Some(200), // PyCodeObject.co_code_adaptive
+    gil: GilAt::InterpPointer(16), // PyInterpreterState.ceval.gil (ceval comes first)
     ..PY312
 };
 

@@ -46,6 +46,10 @@ span_profile_core::counters! {
         /// `perf_event_open` calls the kernel refused (after three the walker stops asking,
         /// and reads every clock).
         sched_page_failures,
+        /// Samples of threads that used CPU since their last sample and held the GIL when
+        /// asked whether they run: charged where they stand, whether or not they had a core
+        /// (ADR 0019).
+        gil_holders_asked,
         /// Thread frame stacks (3.11+ data stack chunks) copied in one read.
         stack_copies,
         /// Frames read one by one (3.9/3.10 frame objects; on 3.11+ frames outside the copied

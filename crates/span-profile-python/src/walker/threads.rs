@@ -236,6 +236,9 @@ pub(crate) struct CachedStack {
     /// during the copy, and the copy is not reported again). Valid as long as the stack is: a
     /// thread that has not run has not entered another context or set a variable either.
     pub(crate) resolution: Option<Resolution>,
+    /// The context of the thread's last walk whose context was read whole: `resolution`, or
+    /// the one before when that copy's context changed while it was made.
+    pub(crate) last_resolution: Option<Resolution>,
     /// The stack of the last walk that found the thread running (its CPU clock moved while
     /// its frames were copied), with its truncation and context: where the CPU of a later
     /// sample that finds the thread off CPU is charged (ADR 0019), and its context: valid if
@@ -352,6 +355,7 @@ impl StackCache {
                     n_outside: 0,
                     last_used: tick,
                     resolution: None,
+                    last_resolution: None,
                     running: Vec::with_capacity(self.depth),
                     running_truncated: false,
                     running_resolution: None,
@@ -379,6 +383,7 @@ impl StackCache {
             if (e.thread_id, e.tstate, e.tid) != (thread_id, tstate, tid) {
                 // Another thread (or a new one under the same id): its running stack is not ours.
                 e.running_resolution = None;
+                e.last_resolution = None;
             }
             e.thread_id = thread_id;
             e.tstate = tstate;
@@ -394,6 +399,9 @@ impl StackCache {
             e.outside[..k].copy_from_slice(&outside[..k]);
             e.n_outside = k;
             e.resolution = resolution;
+            if resolution.is_some() {
+                e.last_resolution = resolution;
+            }
             if let (true, Some(r)) = (running, resolution) {
                 e.running.clear();
                 e.running
@@ -405,7 +413,14 @@ impl StackCache {
     }
 
     /// The last stack `thread_id` (under `tstate` and `tid`) was seen running in, if any: its
-    /// frames, truncation and context.
+    /// frames, truncation and context; asked before this walk's copy is stored.
+    ///
+    /// Only while its context is still the one the thread's last walk found (ADR 0019): the
+    /// CPU a sample that finds the thread off CPU carries was used since that walk, so a stack
+    /// seen running under another span than the one current then is not where it went. Such a
+    /// stack can be seconds old: a thread that shares a core with the sampler is never seen
+    /// running (the sampler preempts it), and its CPU would keep going to the stack it was
+    /// seen running in before its span began.
     pub(crate) fn last_running(
         &self,
         thread_id: u64,
@@ -417,11 +432,11 @@ impl StackCache {
             .get(&thread_id)
             .and_then(|&i| self.entries.get(i))?;
         let r = e.running_resolution?;
-        (e.tstate == tstate && e.tid == tid && !e.running.is_empty()).then_some((
-            e.running.as_slice(),
-            e.running_truncated,
-            r,
-        ))
+        (e.tstate == tstate
+            && e.tid == tid
+            && !e.running.is_empty()
+            && e.last_resolution == Some(r))
+        .then_some((e.running.as_slice(), e.running_truncated, r))
     }
 }
 
@@ -527,6 +542,44 @@ mod tests {
         assert!(c.last_running(1, 10, 101).is_none());
         c.store((1, 10, 101, 1), copy(&[f(4)], &[], false), 3);
         assert!(c.last_running(1, 10, 101).is_none());
+    }
+
+    #[test]
+    fn a_running_stack_from_before_the_last_walks_span_is_not_charged() {
+        let frames = [RawFrame { id: 1, line: 1 }];
+        let span = |task| WalkedStack {
+            resolution: Some(Resolution::unknown_with_task(Some(task))),
+            ..copy(&frames, &[], false)
+        };
+        let mut c = StackCache::new(2, 4);
+        // Seen running under context 1 (before its span), then walked off CPU under context 2
+        // (a span began): the CPU of the next off-CPU sample was used under 2, not where it
+        // was seen running under 1.
+        c.store(
+            (1, 10, 100, 5),
+            WalkedStack {
+                running: true,
+                ..span(1)
+            },
+            0,
+        );
+        assert!(c.last_running(1, 10, 100).is_some());
+        c.store((1, 10, 100, 6), span(2), 1);
+        assert!(c.last_running(1, 10, 100).is_none());
+        // Back under context 1 (the span ended): the stack seen running under it holds again.
+        c.store((1, 10, 100, 7), span(1), 2);
+        assert!(c.last_running(1, 10, 100).is_some());
+        // Seen running under 2: that stack now.
+        c.store(
+            (1, 10, 100, 8),
+            WalkedStack {
+                running: true,
+                ..span(2)
+            },
+            3,
+        );
+        let (_, _, r) = c.last_running(1, 10, 100).unwrap();
+        assert_eq!(r, Resolution::unknown_with_task(Some(2)));
     }
 
     #[test]

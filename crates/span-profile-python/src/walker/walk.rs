@@ -13,8 +13,11 @@ use super::context::{ContextCounters, ContextReader, ContextTarget, TaskNames};
 use super::cpu::{cpu_time_ns, monotonic_ns, CpuTimeSource, CpuTracker};
 use super::frames::{FrameSource, FrameWalk, StackEnd, ThreadFailure};
 use super::guarded::{GuardedReader, ReadMode};
-use super::layout::{check_debug_offsets, Layout, LayoutError, PythonVersion, CONTEXT_VARS};
-use super::memory::{field_u64, MemoryReader, ProcessVmReader, ReadError};
+use super::layout::{
+    check_debug_offsets, GilAt, Layout, LayoutError, PythonVersion, CONTEXT_VARS, GIL_LAST_HOLDER,
+    GIL_LOCKED,
+};
+use super::memory::{field_i32, field_u64, MemoryReader, ProcessVmReader, ReadError};
 use super::namebuf::NameBuf;
 use super::object_table::SpanObjectTable;
 use super::sched::{ClockRead, SchedWatch};
@@ -127,6 +130,8 @@ const MAX_BATCH_LISTED: usize = 1024;
 #[derive(Debug, Clone, Copy, Default)]
 struct ThreadRef {
     tstate: u64,
+    /// Its interpreter (`PyThreadState.interp`).
+    interp: u64,
     thread_id: u64,
     native: u64,
     frame_field: u64,
@@ -150,6 +155,8 @@ pub struct PythonWalker<R> {
     /// Which waiting threads' clock reads can be saved (ADR 0033).
     sched: SchedWatch,
     pthread_tid_ok: bool,
+    /// Whether the GIL's holder can be read ([`PythonWalker::check_gil_holder`]).
+    gil_readable: bool,
     name: NameBuf,
     /// The running context's span and task (`super::context`).
     pub(crate) ctx: ContextReader,
@@ -251,6 +258,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                 config.sched_watch && config.cpu_time == CpuTimeSource::ThreadClock,
             ),
             pthread_tid_ok,
+            gil_readable: false,
             name: NameBuf::new(),
             ctx: ContextReader::new(layout.version),
             chosen: Vec::with_capacity(config.max_threads),
@@ -264,6 +272,46 @@ impl<R: MemoryReader> PythonWalker<R> {
             tick: 0,
             config,
         })
+    }
+
+    /// Checks that the GIL's holder is read right, with the GIL held by the thread whose
+    /// thread state is at `tstate` (the caller's own, from `PyThreadState_Get`): the layout's
+    /// GIL must say it is locked and held by `tstate`. Only then does the walker use it to
+    /// tell a thread that was preempted while it ran Python from one that waits (ADR 0019).
+    /// Returns whether it holds.
+    pub fn check_gil_holder(&mut self, tstate: u64) -> bool {
+        let interp = {
+            let mut b = [0u8; 8];
+            let at = tstate.wrapping_add(self.layout.tstate_interp as u64);
+            self.reader.read(at, &mut b).map(|()| u64::from_le_bytes(b))
+        };
+        self.gil_readable = true;
+        let ok = interp.is_ok_and(|interp| self.holds_gil(tstate, interp));
+        self.gil_readable = ok;
+        ok
+    }
+
+    /// Whether the thread state at `tstate` (of the interpreter at `interp`) holds the GIL
+    /// now: the GIL is locked and it was the last to take it. `false` when that cannot be read.
+    fn holds_gil(&self, tstate: u64, interp: u64) -> bool {
+        if !self.gil_readable {
+            return false;
+        }
+        let gil = match self.layout.gil {
+            GilAt::Runtime(off) => self.target.runtime.wrapping_add(off as u64),
+            GilAt::InterpPointer(off) => {
+                let mut b = [0u8; 8];
+                match self.reader.read(interp.wrapping_add(off as u64), &mut b) {
+                    Ok(()) => u64::from_le_bytes(b),
+                    Err(_) => return false,
+                }
+            }
+        };
+        let mut b = [0u8; GIL_LOCKED + 4];
+        if gil == 0 || self.reader.read(gil, &mut b).is_err() {
+            return false;
+        }
+        field_i32(&b, GIL_LOCKED) != 0 && field_u64(&b, GIL_LAST_HOLDER) == tstate
     }
 
     /// Shares a thread registry (names, native ids) filled by the Python side.
@@ -444,6 +492,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                     .map_or((0, 0), |(c, t)| (field_u64(tb, c), field_u64(tb, t)));
                 let t = ThreadRef {
                     tstate,
+                    interp,
                     thread_id: field_u64(tb, l.tstate_thread_id),
                     native: l.tstate_native_thread_id.map_or(0, |o| field_u64(tb, o)),
                     frame_field: field_u64(tb, l.tstate_frame),
@@ -635,12 +684,20 @@ impl<R: MemoryReader> PythonWalker<R> {
         }
         // A thread whose clock did not move while its frames were copied is off CPU: it used
         // its CPU since the last sample elsewhere, and that CPU goes to the stack it was last
-        // seen running in (ADR 0019). That is asked (a system call) only of a thread that used
+        // seen running in, if that was under the context its last walk found (ADR 0019; else
+        // the span changed in between, and the CPU stays here). That is asked (a system call) only of a thread that used
         // enough since its last sample for it to matter: one that woke for a moment, in the
         // frame it waits in, is charged there (`None`: not asked).
         let asked = used_ns > 0
             && used_ns.saturating_mul(MIN_CPU_SHARE_ASKED) >= self.cpu.since_previous_tick();
-        let running = asked.then(|| self.runs_now(tid, cpu_ns, cpu_read_at));
+        // A thread that holds the GIL runs Python where it stands, whether or not it has a
+        // core now: one that shares a core with the sampler is preempted at every tick, and
+        // would never be seen running.
+        let running = asked.then(|| {
+            let holds = self.holds_gil(t.tstate, t.interp);
+            bump(&self.counters.gil_holders_asked, u64::from(holds));
+            holds || self.runs_now(tid, cpu_ns, cpu_read_at)
+        });
         let elsewhere = match (tid, running) {
             (Some(tid), Some(false)) => self
                 .stacks
@@ -663,6 +720,11 @@ impl<R: MemoryReader> PythonWalker<R> {
             .with_cpu_ns(if elsewhere { 0 } else { used_ns })
             .with_weight(weight);
         let resolution = self.ctx.emit(&self.reader, t.tstate, sink, sample);
+        // Charged before this copy is stored: whether the running stack still holds is judged
+        // against the thread's previous walk (`StackCache::last_running`).
+        if elsewhere {
+            self.charge_last_running(sink, &t, tid, used_ns);
+        }
         if let (Some(tid), Some(ns)) = (tid, cpu_ns) {
             let copy = WalkedStack {
                 frames: &self.frame_walk.frames,
@@ -677,9 +739,6 @@ impl<R: MemoryReader> PythonWalker<R> {
             };
             self.stacks
                 .store((t.thread_id, t.tstate, tid, ns), copy, self.tick);
-        }
-        if elsewhere {
-            self.charge_last_running(sink, &t, tid, used_ns);
         }
     }
 

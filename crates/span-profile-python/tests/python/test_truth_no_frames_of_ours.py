@@ -57,7 +57,12 @@ def test_the_log_pump_thread_is_never_sampled(output, monkeypatch):
         _logging.add_check(pump_burner)
         _native.log_wake()  # the pump may be in a longer wait, begun before the patch
         workload = named_function("workload_beside_the_pump")
-        workload(1.5)
+        # Until the pump has burned 0.2 s of CPU (it shares the GIL and, under load, the
+        # cores with the workload), and for 1.5 s at least.
+        started = time.monotonic()
+        while time.monotonic() - started < 30 and (
+                time.monotonic() - started < 1.5 or sum(cpu for _, cpu in ran) < 0.2):
+            workload(0.1)
     finally:
         _logging.remove_check(pump_burner)
         agent.stop()
