@@ -7,8 +7,10 @@ knows a code object by its addresses reports it under a dead function's name.
 
 Ground truth: four threads each create, call and drop uniquely named functions, over a
 thousand a second, each call under a span of its own; the test records which function each
-span ran. A sample is right when the innermost churned frame of its stack is the function
-its span ran. (Samples taken while a span is open but its function is not yet running, or
+span ran, and on which line that function calls on (each function's one line is put at one
+of several line numbers, so a line table from another function gives a wrong line). A sample
+is right when the innermost churned frame of its stack is the function its span ran, at that
+line. (Samples taken while a span is open but its function is not yet running, or
 has returned, hold no churned frame and say nothing about names; they are not counted.)
 """
 import sys
@@ -51,24 +53,31 @@ def _spin(n):
     return x
 
 
-def _make_exec(name):
+#: How many line numbers the functions are spread over (function i's one line is set by i % LINES).
+LINES = 5
+
+
+def _make_exec(name, k):
+    """A `def` on line k + 1 (the whole function on one line)."""
     ns = {"spin": _spin}
-    exec(compile("def %s(n):\n    return spin(n)\n" % name, "<churn %s>" % name, "exec"), ns)
-    return ns[name]
+    exec(compile("\n" * k + "def %s(n): return spin(n)\n" % name, "<churn %s>" % name, "exec"), ns)
+    return ns[name], k + 1
 
 
 _TEMPLATE = (lambda n: _spin(n)).__code__
 
 
-def _make_replace(name):
-    return types.FunctionType(_TEMPLATE.replace(co_name=name, co_qualname=name)
-                              if hasattr(_TEMPLATE, "co_qualname") else _TEMPLATE.replace(co_name=name),
-                              {"_spin": _spin}, name)
+def _make_replace(name, k):
+    """The template lambda renamed and moved to line 1000 + k."""
+    fields = {"co_name": name, "co_firstlineno": 1000 + k}
+    if hasattr(_TEMPLATE, "co_qualname"):
+        fields["co_qualname"] = name
+    return types.FunctionType(_TEMPLATE.replace(**fields), {"_spin": _spin}, name), 1000 + k
 
 
-def _make_lambda(name):
-    # A lambda's code is called "<lambda>": its file tells them apart.
-    return eval(compile("lambda n: spin(n)", name, "eval"), {"spin": _spin})
+def _make_lambda(name, k):
+    """A lambda on line k + 1. Its code is called "<lambda>": its file tells them apart."""
+    return eval(compile("\n" * k + "lambda n: spin(n)", name, "eval"), {"spin": _spin}), k + 1
 
 
 MAKERS = {"exec": _make_exec, "replace": _make_replace, "lambda": _make_lambda}
@@ -81,23 +90,24 @@ def _churn(t, tracer, stop, ran, made):
     while not stop.is_set():
         kind, make = kinds[i % len(kinds)]
         name = "%st%d_%s_%06d" % (PREFIX, t, kind, i)
-        fn = make(name)
+        fn, line = make(name, i % LINES)
         with tracer.start_as_current_span(name) as span:
             fn(300)
-        ran[span.get_span_context().span_id] = name
+        ran[span.get_span_context().span_id] = (name, line)
         del fn, span
         i += 1
     made[t] = i
 
 
-def _reported_name(frame):
-    """The churned function a frame shows: its name, or, for a lambda, its file (a
-    `<module>` frame of a churned file is the code that makes the function, not the function)."""
-    function, file, _line = frame
+def _reported(frame):
+    """The churned function a frame shows, and its line: its name, or, for a lambda, its file
+    (a `<module>` frame of a churned file is the code that makes the function, not the
+    function)."""
+    function, file, line = frame
     if function.startswith(PREFIX):
-        return function
+        return function, line
     if function == "<lambda>" and file.startswith(PREFIX):
-        return file
+        return file, line
     return None
 
 
@@ -127,25 +137,26 @@ def test_churned_functions_keep_their_own_names_and_spans(tmp_path, monkeypatch,
     assert all(r >= MIN_RATE for r in rates.values()), (
         "each thread must make %d functions/s: %s" % (MIN_RATE, rates))
 
-    right, wrong, examples = 0, 0, []
+    right, wrong, wrong_lines, examples = 0, 0, 0, []
     for s in all_samples(output):
-        names = [n for n in map(_reported_name, s.frames) if n]
-        if not names:
+        shown = [n for n in map(_reported, s.frames) if n]
+        if not shown:
             continue
         expected = ran.get(int(s.span_id, 16)) if s.span_id else None
-        if names[0] == expected:
+        if shown[0] == expected:
             right += s.count
         else:
             wrong += s.count
+            wrong_lines += s.count if expected and shown[0][0] == expected[0] else 0
             if len(examples) < 8:
-                examples.append((names[0], expected, s.functions[:3]))
+                examples.append((shown[0], expected, s.frames[:3]))
     total = right + wrong
     assert total >= MIN_SAMPLES, "too few samples in churned functions: %d" % total
-    print("churn accuracy %s %s: %d of %d right (%.2f%%)" % (
-        ".".join(map(str, sys.version_info[:2])), reads, right, total, 100.0 * right / total)
+    print("churn accuracy %s %s: %d of %d right (%.2f%%), %d with the right function at a wrong line" % (
+        ".".join(map(str, sys.version_info[:2])), reads, right, total, 100.0 * right / total, wrong_lines)
         + "; functions/s per thread: %s" % sorted(round(r) for r in rates.values()))
     assert right / total >= REQUIRED, (
-        "%d of %d samples (%.2f%%) show another function's name or span than the one running; "
+        "%d of %d samples (%.2f%%) show another function, line or span than the one running; "
         "e.g. (shown, running, stack): %s; walker stats: %s"
         % (wrong, total, 100.0 * wrong / total, examples,
            {k: v for k, v in agent.stats().items() if "code" in k or "context" in k or "torn" in k}))
