@@ -11,10 +11,11 @@ with the budget off. After a second of warm-up it measures over SECONDS:
   wake-ups, and what watching them costs them at their context switches).
 
 Arms alternate A B A B in one run: `SPAN_PROFILE_SCHED_WATCH=0` (every clock read) and `=1`
-(the default).
+(the default); or, with --against, two builds (the venvs of two wheels), both watched.
 
     python benches/overhead/idle_threads.py --python target/venvs/3.12.1/bin/python \\
         --threads 0 64 --pairs 4 --seconds 8 [--wake-every 0.5]
+    python benches/overhead/idle_threads.py --python OLD/bin/python --against NEW/bin/python ...
 """
 import argparse
 import json
@@ -81,23 +82,31 @@ def main():
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--wake-every", type=float, default=0.0,
                     help="parked threads wake every this many seconds (0: never)")
+    ap.add_argument("--against", metavar="PYTHON",
+                    help="compare --python's build (A) with this interpreter's (B), both watched")
     args = ap.parse_args()
+    if args.against:
+        arms = [("A", args.python, "1"), ("B", args.against, "1")]
+        names = ("A (%s)" % args.python, "B (%s)" % args.against)
+    else:
+        arms = [("0", args.python, "0"), ("1", args.python, "1")]
+        names = ("every read", "watched")
     results = {}
     for p in range(args.pairs):
         for n in args.threads:
-            for watch in ("0", "1"):
-                r = run(args.python, n, args.seconds, args.wake_every, watch)
-                results.setdefault((n, watch), []).append(r)
-                print(json.dumps(dict(r, pair=p, threads=n, watch=watch)), flush=True)
+            for label, python, watch in arms:
+                r = run(python, n, args.seconds, args.wake_every, watch)
+                results.setdefault((n, label), []).append(r)
+                print(json.dumps(dict(r, pair=p, threads=n, arm=label, watch=watch)), flush=True)
     for key, what in (("us_per_tick", "sampler CPU per tick, µs"), ("process_ms_per_s", "process CPU, ms a second")):
         print("\n%s: median [min-max] of %d runs" % (what, args.pairs))
         for n in args.threads:
-            off = [r[key] for r in results[(n, "0")]]
-            on = [r[key] for r in results[(n, "1")]]
-            ratios = [b / a for a, b in zip(off, on)]
-            print("%3d waiting threads: every read %.1f [%.1f-%.1f]  watched %.1f [%.1f-%.1f]  paired ratio %.2f [%.2f-%.2f]"
-                  % (n, statistics.median(off), min(off), max(off), statistics.median(on), min(on), max(on),
-                     statistics.median(ratios), min(ratios), max(ratios)))
+            a = [r[key] for r in results[(n, arms[0][0])]]
+            b = [r[key] for r in results[(n, arms[1][0])]]
+            ratios = [y / x for x, y in zip(a, b)]
+            print("%3d waiting threads: %s %.1f [%.1f-%.1f]  %s %.1f [%.1f-%.1f]  paired ratio %.2f [%.2f-%.2f]"
+                  % (n, names[0], statistics.median(a), min(a), max(a), names[1], statistics.median(b), min(b),
+                     max(b), statistics.median(ratios), min(ratios), max(ratios)))
 
 
 if __name__ == "__main__":

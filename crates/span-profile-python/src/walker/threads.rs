@@ -35,7 +35,8 @@ pub struct ThreadRegistry {
 
 #[derive(Debug, Default)]
 struct Shared {
-    map: Mutex<HashMap<u64, ThreadInfo>>,
+    /// By thread ident (a `pthread_t`, an address): hashed as the code cache hashes addresses.
+    map: Mutex<HashMap<u64, ThreadInfo, BuildHasherDefault<AddrHasher>>>,
     /// Lookups that found the map busy and gave the default name.
     busy: AtomicU64,
 }

@@ -605,7 +605,6 @@ impl<R: MemoryReader> PythonWalker<R> {
         let tid = self.tid_of(t.thread_id, t.native, registered_native);
         let clock = tid.map(|tid| self.cpu_clock(t.thread_id, t.tstate, tid));
         let cpu_ns = clock.and_then(ClockRead::ns);
-        let cpu_read_at = monotonic_ns();
         // The CPU time the thread used since its previous sample: this sample's CPU weight.
         let used_ns = match (tid, clock) {
             // Not run since its last real read: nothing, and its baseline stays where that
@@ -637,6 +636,9 @@ impl<R: MemoryReader> PythonWalker<R> {
                 return;
             }
         }
+        // When the clock was read, near enough (the lookup above is a few loads): `runs_now`
+        // measures from here. Not read for a thread reported from its copy.
+        let cpu_read_at = monotonic_ns();
         self.refresh_before_walk(&mut t);
         let mut frame = t.frame_field;
         if let Some(off) = l.cframe_current_frame {

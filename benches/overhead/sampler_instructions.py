@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""The sampler thread's instructions per tick, counted by callgrind: repeatable where CPU time is
+too noisy to resolve a change of a few percent (docs/benchmarks.md, "How to measure").
+
+Each run is a fresh interpreter under `valgrind --tool=callgrind --separate-threads=yes` with
+THREADS threads parked in `Event.wait()` and the agent at 100 Hz, budget off, for SHORT and then
+LONG seconds; the sampler's count is the thread with the second most instructions (the main
+thread, which starts the interpreter, has the most). Instructions per tick is the difference
+between the two runs over the difference in ticks, so start-up and warm-up cancel out.
+
+    python benches/overhead/sampler_instructions.py --python A/bin/python [--against B/bin/python] \\
+        --threads 0 64 [--short 2 --long 6]
+
+Notes: callgrind counts each iteration of `rep movsb` (the guarded copy, ADR 0009) as one
+instruction, so copies weigh far more here than on the CPU; compare builds with each other, not
+with time.
+"""
+import argparse
+import glob
+import os
+import subprocess
+import tempfile
+
+CHILD = r"""
+import sys, threading, time
+import span_profile
+n, seconds, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+parked = threading.Event()
+threads = [threading.Thread(target=parked.wait) for _ in range(n)]
+for t in threads:
+    t.start()
+agent = span_profile.start(service="idle", output=out, sample_rate_hz=100, window_s=600, overhead_budget=0)
+time.sleep(seconds)
+print("TICKS", agent.stats()["ticks"])
+parked.set()
+agent.stop()
+"""
+
+
+def run(python, threads, seconds):
+    """(ticks, sampler instructions) of one run under callgrind."""
+    with tempfile.TemporaryDirectory() as d:
+        out = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+             "--callgrind-out-file=" + os.path.join(d, "cg.out"),
+             python, "-c", CHILD, str(threads), str(seconds), os.path.join(d, "profiles")],
+            capture_output=True, text=True, check=True).stdout
+        ticks = int(next(line.split()[1] for line in out.splitlines() if line.startswith("TICKS")))
+        counts = []
+        for f in glob.glob(os.path.join(d, "cg.out-*")):
+            with open(f) as fh:
+                for line in fh:
+                    if line.startswith("summary:"):
+                        counts.append(int(line.split()[1]))
+                        break
+        counts.sort()
+        return ticks, counts[-2]
+
+
+def per_tick(python, threads, short, long):
+    t1, i1 = run(python, threads, short)
+    t2, i2 = run(python, threads, long)
+    return (i2 - i1) / (t2 - t1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--python", required=True, help="the interpreter whose venv holds span_profile (A)")
+    ap.add_argument("--against", help="a second build's interpreter (B)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[0, 64])
+    ap.add_argument("--short", type=float, default=2.0)
+    ap.add_argument("--long", type=float, default=6.0)
+    args = ap.parse_args()
+    arms = [("A", args.python)] + ([("B", args.against)] if args.against else [])
+    for label, python in arms:
+        print("%s: %s" % (label, python))
+    for n in args.threads:
+        got = [per_tick(python, n, args.short, args.long) for _, python in arms]
+        line = "%3d waiting threads: " % n + "  ".join(
+            "%s %.0f instructions a tick" % (label, g) for (label, _), g in zip(arms, got))
+        if len(got) == 2:
+            line += "  B/A %.3f" % (got[1] / got[0])
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
