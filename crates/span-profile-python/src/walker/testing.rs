@@ -8,7 +8,9 @@
 
 pub use super::memory::{FakeMemory, ReadExt};
 
-use super::layout::{FrameKind, Layout, LineTableKind, PythonVersion};
+use super::layout::{
+    FrameKind, GilAt, Layout, LineTableKind, PythonVersion, GIL_LAST_HOLDER, GIL_LOCKED,
+};
 use super::objects::TypeAddresses;
 use super::target::Target;
 
@@ -53,6 +55,8 @@ pub struct ImageBuilder {
     threads: Vec<u64>,
     /// The last `co_version` given (3.12+).
     code_versions: u32,
+    /// Where the GIL's state is (`_gil_runtime_state`).
+    gil: u64,
 }
 
 fn put(buf: &mut [u8], off: usize, v: u64) {
@@ -108,8 +112,14 @@ impl ImageBuilder {
             interp: 0,
             threads: Vec::new(),
             code_versions: 0,
+            gil: 0,
         };
-        let interp_size = layout.interp_next.max(layout.interp_threads_head) + 8;
+        let gil_in_interp = match layout.gil {
+            GilAt::InterpPointer(off) => off + 8,
+            GilAt::Runtime(_) => 0,
+        };
+        let interp_size =
+            (layout.interp_next.max(layout.interp_threads_head) + 8).max(gil_in_interp);
         b.interp = b.alloc(vec![0; interp_size]);
         let mut runtime = if layout.version == PythonVersion::new(3, 13) {
             super::layout::debug_offsets_image_313()
@@ -117,8 +127,19 @@ impl ImageBuilder {
             Vec::new()
         };
         runtime.resize(runtime.len().max(layout.runtime_interpreters_head + 8), 0);
+        if let GilAt::Runtime(off) = layout.gil {
+            runtime.resize(runtime.len().max(off + GIL_LOCKED + 8), 0);
+        }
         put(&mut runtime, layout.runtime_interpreters_head, b.interp);
         b.runtime = b.alloc(runtime);
+        b.gil = match layout.gil {
+            GilAt::Runtime(off) => b.runtime + off as u64,
+            GilAt::InterpPointer(off) => {
+                let gil = b.alloc(vec![0; GIL_LOCKED + 8]);
+                b.mem.write_u64(b.interp + off as u64, gil);
+                gil
+            }
+        };
         Some(b)
     }
 
@@ -298,6 +319,16 @@ impl ImageBuilder {
         }
         self.threads.push(addr);
         addr
+    }
+
+    /// Sets the GIL's state: held by the thread state `holder` (`locked`), or last held by it.
+    pub fn set_gil(&mut self, holder: u64, locked: bool) {
+        self.mem
+            .write_u64(self.gil + GIL_LAST_HOLDER as u64, holder);
+        self.mem.write(
+            self.gil + GIL_LOCKED as u64,
+            &i32::from(locked).to_le_bytes(),
+        );
     }
 
     /// Where the interpreter's thread-list head is.

@@ -408,6 +408,24 @@ fn idle_threads_are_not_sampled() {
 }
 
 #[test]
+fn the_gil_holder_is_read_where_each_version_keeps_it() {
+    for v in versions() {
+        let mut b = ImageBuilder::new(v).unwrap();
+        let leaf = b.stack(&three());
+        let me = b.thread(1, 0, leaf);
+        let other = b.thread(2, 0, leaf);
+        // Held by the thread that starts the walker: the check holds.
+        b.set_gil(me, true);
+        assert!(walker(&b, config()).check_gil_holder(me), "{v}");
+        // Held by another thread, or released: the layout is not trusted.
+        b.set_gil(other, true);
+        assert!(!walker(&b, config()).check_gil_holder(me), "{v}");
+        b.set_gil(me, false);
+        assert!(!walker(&b, config()).check_gil_holder(me), "{v}");
+    }
+}
+
+#[test]
 fn full_code_cache_reports_unknown() {
     let mut b = ImageBuilder::new(PythonVersion::new(3, 11)).unwrap();
     let leaf = b.stack(&three());
