@@ -180,6 +180,10 @@ class Agent:
         LOGGER.info("span_profile: profiling service %r (pid %d) at %d Hz, overhead budget %s; profiles go to %s "
                     "every %g s", self.service, os.getpid(), s["sample_rate_hz"],
                     "%g%% of a core" % (budget * 100) if budget else "off", s["output"], s["window_s"])
+        if self._native.stats().get("walker_gil_readable", True) is False:
+            LOGGER.info("span_profile: this interpreter's GIL could not be read where CPython %d.%d keeps it, so "
+                        "the CPU of a thread preempted while it ran Python may go to an older stack of it "
+                        "(stats()['walker_gil_readable'], docs/adr/0019)", *sys.version_info[:2])
         if s["service"] is None and self.service == "unknown_service":
             LOGGER.warning("span_profile: no service name is set, so profiles are stored as 'unknown_service'; set "
                            "OTEL_SERVICE_NAME (or SPAN_PROFILE_SERVICE, or span_profile.start(service=...))")
