@@ -9,7 +9,11 @@ thread, which starts the interpreter, has the most). Instructions per tick is th
 between the two runs over the difference in ticks, so start-up and warm-up cancel out.
 
     python benches/overhead/sampler_instructions.py --python A/bin/python [--against B/bin/python] \\
-        --threads 0 64 [--short 2 --long 6]
+        --threads 0 64 [--short 2 --long 6] [--keep DIR]
+
+With --keep, the long runs' callgrind files stay in DIR (`<arm>-<threads>.out`), for
+`callgrind_annotate --inclusive=yes DIR/B-64.out`: where the sampler's instructions go (start-up
+included).
 
 Notes: callgrind counts each iteration of `rep movsb` (the guarded copy, ADR 0009) as one
 instruction, so copies weigh far more here than on the CPU; compare builds with each other, not
@@ -18,6 +22,7 @@ with time.
 import argparse
 import glob
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -37,8 +42,9 @@ agent.stop()
 """
 
 
-def run(python, threads, seconds):
-    """(ticks, sampler instructions) of one run under callgrind."""
+def run(python, threads, seconds, keep=None):
+    """(ticks, sampler instructions) of one run under callgrind; the sampler thread's file is
+    copied to `keep` if given."""
     with tempfile.TemporaryDirectory() as d:
         out = subprocess.run(
             ["valgrind", "--tool=callgrind", "--separate-threads=yes",
@@ -51,15 +57,17 @@ def run(python, threads, seconds):
             with open(f) as fh:
                 for line in fh:
                     if line.startswith("summary:"):
-                        counts.append(int(line.split()[1]))
+                        counts.append((int(line.split()[1]), f))
                         break
         counts.sort()
-        return ticks, counts[-2]
+        if keep:
+            shutil.copy(counts[-2][1], keep)
+        return ticks, counts[-2][0]
 
 
-def per_tick(python, threads, short, long):
+def per_tick(python, threads, short, long, keep=None):
     t1, i1 = run(python, threads, short)
-    t2, i2 = run(python, threads, long)
+    t2, i2 = run(python, threads, long, keep)
     return (i2 - i1) / (t2 - t1)
 
 
@@ -70,12 +78,17 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[0, 64])
     ap.add_argument("--short", type=float, default=2.0)
     ap.add_argument("--long", type=float, default=6.0)
+    ap.add_argument("--keep", metavar="DIR", help="keep the long runs' sampler callgrind files here")
     args = ap.parse_args()
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
     arms = [("A", args.python)] + ([("B", args.against)] if args.against else [])
     for label, python in arms:
         print("%s: %s" % (label, python))
     for n in args.threads:
-        got = [per_tick(python, n, args.short, args.long) for _, python in arms]
+        got = [per_tick(python, n, args.short, args.long,
+                        args.keep and os.path.join(args.keep, "%s-%d.out" % (label, n)))
+               for label, python in arms]
         line = "%3d waiting threads: " % n + "  ".join(
             "%s %.0f instructions a tick" % (label, g) for (label, _), g in zip(arms, got))
         if len(got) == 2:

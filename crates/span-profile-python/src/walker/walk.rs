@@ -684,12 +684,13 @@ impl<R: MemoryReader> PythonWalker<R> {
             bump(&self.counters.idle_threads, 1);
             return;
         }
-        // A thread whose clock did not move while its frames were copied is off CPU: it used
-        // its CPU since the last sample elsewhere, and that CPU goes to the stack it was last
-        // seen running in, if that was under the context its last walk found (ADR 0019; else
-        // the span changed in between, and the CPU stays here). That is asked (a system call) only of a thread that used
-        // enough since its last sample for it to matter: one that woke for a moment, in the
-        // frame it waits in, is charged there (`None`: not asked).
+        // A thread whose clock did not move while its frames were copied, and that does not hold
+        // the GIL, is off CPU: it used its CPU since the last sample elsewhere, and that CPU
+        // goes to the stack it was last seen running in, if that was under the context its last
+        // walk found (ADR 0019; else the span changed in between, and the CPU stays here). That
+        // is asked (a GIL read, then a system call) only of a thread that used enough since its
+        // last sample for it to matter: one that woke for a moment, in the frame it waits in,
+        // is charged there (`None`: not asked).
         let asked = used_ns > 0
             && used_ns.saturating_mul(MIN_CPU_SHARE_ASKED) >= self.cpu.since_previous_tick();
         // A thread that holds the GIL runs Python where it stands, whether or not it has a
