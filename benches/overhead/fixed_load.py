@@ -27,7 +27,9 @@ Arms: none, span_profile-full (100 Hz, budget off), span_profile (100 Hz, defaul
 (ddtrace.auto with its OpenTelemetry bridge, DD_TRACE_OTEL_ENABLED, and profiling on), and, only when
 asked for, ddtrace-100hz (the same with its adaptive sampling off and its interval at 10 ms), and two
 arms that break span_profile's cost down: span_profile-hooks (its span hooks, with the sampler at
-1 Hz) and span_profile-w1 (100 Hz with 1 s windows, so a 10 s run closes and exports ten). A peer that
+1 Hz), span_profile-w1 (100 Hz with 1 s windows, so a 10 s run closes and exports ten) and
+span_profile-nowatch (100 Hz with SPAN_PROFILE_SCHED_WATCH=0: every thread's CPU clock read each tick,
+no scheduler pages, ADR 0033). A peer that
 is not installed in --python is skipped with a note. Peers upload to a local sink in this process.
 
 The table gives, per service, load and arm, the median over runs and, against the none run of the
@@ -50,10 +52,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ARMS = ["none", "span_profile-full", "span_profile", "py-spy", "pyroscope", "ddtrace", "ddtrace-100hz",
-        "span_profile-hooks", "span_profile-w1"]
+        "span_profile-hooks", "span_profile-w1", "span_profile-nowatch"]
 DEFAULT_ARMS = ARMS[:6]
 #: Arms that run span_profile with the budget off, and the sample rate each asks for.
-SPAN_PROFILE_RATE = {"span_profile-full": 100, "span_profile-hooks": 1, "span_profile-w1": 100}
+SPAN_PROFILE_RATE = {"span_profile-full": 100, "span_profile-hooks": 1, "span_profile-w1": 100,
+                     "span_profile-nowatch": 100}
 
 
 def proc_cpu_s(pid):
@@ -109,6 +112,7 @@ def arm_available(args, arm):
         return None if os.access(pyspy_path(args), os.X_OK) else "no py-spy next to --python"
     mod = {"span_profile-full": "span_profile", "span_profile": "span_profile", "pyroscope": "pyroscope.otel",
            "span_profile-hooks": "span_profile", "span_profile-w1": "span_profile",
+           "span_profile-nowatch": "span_profile",
            "ddtrace": "ddtrace.opentelemetry", "ddtrace-100hz": "ddtrace.opentelemetry"}.get(arm)
     if mod is None:
         return None
@@ -153,6 +157,8 @@ def run_once(args, service, arm, rate, seed, sink):
         env["SPAN_PROFILE_OVERHEAD_BUDGET"] = "0"
     if arm == "span_profile-w1":
         env["SPAN_PROFILE_WINDOW_S"] = "1"
+    if arm == "span_profile-nowatch":
+        env["SPAN_PROFILE_SCHED_WATCH"] = "0"
     if arm.startswith("ddtrace"):
         env.update(DD_TRACE_OTEL_ENABLED="true", DD_PROFILING_ENABLED="true", DD_TRACE_AGENT_URL=sink,
                    DD_INSTRUMENTATION_TELEMETRY_ENABLED="false", DD_REMOTE_CONFIGURATION_ENABLED="false",
