@@ -35,7 +35,10 @@ is not installed in --python is skipped with a note. Peers upload to a local sin
 The table gives, per service, load and arm, the median over runs and, against the none run of the
 same round, the paired change (median [min-max] of the per-round ratios). A run whose service did
 not keep up (responses still out --drain seconds after the last arrival) is counted in the last
-column and left out of the figures.
+column and left out of the figures. The last column also counts a span_profile arm's runs that
+closed a window while measured (they stay in the figures): windows end on the wall clock's
+multiples of their length (60 s by default), so a run of a few seconds pays for a close and an
+export only when it straddles one, and its CPU is the higher for it.
 """
 import argparse
 import json
@@ -228,6 +231,9 @@ def run_once(args, service, arm, rate, seed, sink):
              sample_hz=None, load1=round(os.getloadavg()[0], 2))
     if arm.startswith("span_profile") and "agent" in s0 and "agent" in s1:
         r["sample_hz"] = round((s1["agent"].get("ticks", 0) - s0["agent"].get("ticks", 0)) / (t1 - t0), 1)
+        # Windows end on the wall clock's multiples of their length, so a run shorter than a
+        # window closes one (and pays its close and export) only if it straddles such an edge.
+        r["windows_closed"] = s1["agent"].get("windows", 0) - s0["agent"].get("windows", 0)
     if arm == "py-spy":
         for line in err_lines + out_lines:  # py-spy> Wrote ... Samples: N Errors: M
             if "Samples:" in line:
@@ -268,6 +274,13 @@ def pct(s):
     return "%+.1f%% [%+.1f–%+.1f]" % (m, lo, hi)
 
 
+def closes(runs):
+    """How many of `runs` closed a window while measured ("" for none, or for a peer): their
+    CPU includes a close and an export, the others' does not."""
+    n = sum(1 for r in runs if r.get("windows_closed"))
+    return "" if not n else " (%d closed a window)" % n
+
+
 def table(results, services, loads, arms):
     lines = ["| service | load | arm | rps | CPU ms/req | vs none | p50 ms | p99 ms | p99 vs none | p99.9 ms | "
              "RSS steady / peak MB | sample Hz | runs (overloaded) |",
@@ -292,14 +305,15 @@ def table(results, services, loads, arms):
                 col = lambda k: spread([r[k] for r in a])  # noqa: E731
                 rss_s, rss_p = col("rss_steady_mb"), col("rss_peak_mb")
                 prof = col("profiler_rss_mb")
-                lines.append("| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %d (%d) |" % (
+                lines.append("| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %d (%d)" % (
                     svc, "%.0f%%" % (100 * load) if load < 5 else "%.0f rps" % load, arm, a[0]["rate"], fmt(col("cpu_ms_per_req"), "%.3f"),
                     "" if arm == "none" else pct(paired("cpu_ms_per_req")),
                     fmt(col("p50_ms"), "%.1f"), fmt(col("p99_ms"), "%.1f"),
                     "" if arm == "none" else pct(paired("p99_ms")), fmt(col("p999_ms"), "%.1f"),
                     "%s / %s%s" % ("%.1f" % rss_s[0] if rss_s else "-", "%.1f" % rss_p[0] if rss_p else "-",
                                    " (+%.1f py-spy)" % prof[0] if prof else ""),
-                    "-" if col("sample_hz") is None else "%.0f" % col("sample_hz")[0], len(a), over))
+                    "-" if col("sample_hz") is None else "%.0f" % col("sample_hz")[0], len(a), over)
+                    + closes(a) + " |")
     return "\n".join(lines)
 
 
