@@ -177,6 +177,11 @@ def serve_threads():
             pass
 
     ThreadingHTTPServer.daemon_threads = True
+    # socketserver's listen backlog is 5: when the client opens connections in a burst the kernel
+    # drops the SYNs past it (TcpExtListenOverflows) and the client's connect waits out the 1 s
+    # retransmit, a stall of the load generator in both arms. uvicorn listens with 2,048 and
+    # asyncio.start_server with 100.
+    ThreadingHTTPServer.request_queue_size = 128
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     ready(srv.server_address[1])
     srv.serve_forever()
