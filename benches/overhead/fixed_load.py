@@ -38,7 +38,7 @@ not keep up (responses still out --drain seconds after the last arrival) is coun
 column and left out of the figures. The last column also counts a span_profile arm's runs that
 closed a window while measured (they stay in the figures): windows end on the wall clock's
 multiples of their length (60 s by default), so a run of a few seconds pays for a close and an
-export only when it straddles one, and its CPU is the higher for it.
+export only when it straddles one, and only such runs' CPU includes them.
 """
 import argparse
 import json

@@ -34,9 +34,9 @@ impl NameBuf {
             self.len += end;
         }
     }
-    /// The name. Not validated again: it is read once or twice for every sample, and
-    /// validating a name's UTF-8 each time was about a tenth of what a waiting thread cost the
-    /// sampler (docs/benchmarks.md, "The sampler's instructions per tick").
+    /// The name. Not validated again: it is read for every sample, and validating a name's
+    /// UTF-8 each time was about 6% of the instructions a waiting thread cost the sampler
+    /// (docs/benchmarks.md, "The sampler's instructions per tick").
     pub(crate) fn as_str(&self) -> &str {
         let bytes = self.bytes.get(..self.len).unwrap_or_default();
         debug_assert!(std::str::from_utf8(bytes).is_ok());
