@@ -14,6 +14,7 @@ use crate::budget::{BudgetController, ThreadCpuClock};
 use crate::failure::{log_to_stderr, FailureLog};
 use crate::labels::LabelValues;
 use crate::registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
+use crate::rng::XorShift;
 use crate::spans::SpanTable;
 use crate::{
     Frame, Profile, RawFrame, RawSample, Resource, SpanSource, StackSink, StackWalker, WalkError,
@@ -83,6 +84,17 @@ pub(super) struct Sampler {
     fixed: FixedCosts,
     tick_samples: u64,
     clock: WallClock,
+    /// Draws each tick's jittered gap (see [`jittered`]).
+    rng: XorShift,
+}
+
+/// The gap to the next tick: `interval` on average, drawn uniformly from `[interval / 2,
+/// 3 × interval / 2)`, so the ticks never lock onto the phase of a workload that repeats at
+/// the sampling interval (ADR 0034). Each sample is weighted by the time since the previous
+/// tick, so the jitter leaves the weights unbiased.
+fn jittered(interval: Duration, rng: &mut XorShift) -> Duration {
+    let ns = interval.as_nanos().min(u128::from(u64::MAX)) as u64;
+    Duration::from_nanos(ns / 2 + rng.below(ns))
 }
 
 /// What the budget reserves before the interval is set: the export thread's CPU rate (from
@@ -163,6 +175,7 @@ impl Sampler {
             fixed: FixedCosts::default(),
             tick_samples: 0,
             clock: s.clock,
+            rng: XorShift::seeded(),
         }
     }
 
@@ -180,7 +193,7 @@ impl Sampler {
         // when the clock steps.
         let mut last_ns = start_ns;
         let mut cpu_at_window_start = clock.now_ns();
-        let mut next = Instant::now() + interval;
+        let mut next = Instant::now() + jittered(interval, &mut self.rng);
         let mut last_tick = Instant::now();
         let mut ticks_in_window = 0u64;
         // Sleep until each tick with park_timeout, not a channel wait: channels spin and yield
@@ -232,10 +245,10 @@ impl Sampler {
                     interval = i;
                 }
             }
-            next += interval;
+            next += jittered(interval, &mut self.rng);
             if next < now {
                 // Fell behind (a long walk or a stopped process): skip, do not burst.
-                next = now + interval;
+                next = now + jittered(interval, &mut self.rng);
             }
             let now_ns = self.clock.now_ns();
             // A clock that jumped back before the window start closes the window too, so a
@@ -500,5 +513,57 @@ impl SamplerHarness {
     pub fn close_window(&mut self) -> Option<Arc<Profile>> {
         self.sampler.close_window(0, 1_000_000_000, 0, 1);
         self.sampler.win_rx.try_recv().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jittered_gap_stays_within_half_and_one_and_a_half_intervals_and_averages_one() {
+        let interval = Duration::from_millis(10);
+        let mut rng = XorShift::new(7);
+        let gaps: Vec<Duration> = (0..10_000).map(|_| jittered(interval, &mut rng)).collect();
+        assert!(gaps
+            .iter()
+            .all(|g| *g >= interval / 2 && *g < interval * 3 / 2));
+        let mean = gaps.iter().sum::<Duration>() / gaps.len() as u32;
+        // The mean of 10,000 uniform draws over one interval is within 1% of the middle.
+        assert!(
+            mean > interval * 99 / 100 && mean < interval * 101 / 100,
+            "{mean:?}"
+        );
+    }
+
+    /// A workload that runs one function in the first half of every interval and another in
+    /// the second: ticks at a fixed interval all land in one half; jittered ticks split them
+    /// by the time each takes, and so do the samples' time weights.
+    #[test]
+    fn jittered_ticks_do_not_lock_onto_a_workload_that_repeats_at_the_interval() {
+        let interval = 4_000_000u64;
+        let in_first_half = |t: u64| t % interval < interval / 2;
+        let fixed = (1..=1_000u64)
+            .filter(|k| in_first_half(k * interval + 300))
+            .count();
+        assert_eq!(fixed, 1_000, "fixed ticks all see the same half");
+
+        let mut rng = XorShift::new(11);
+        let (mut t, mut first, mut weight_first, mut weight_all) = (300u64, 0, 0u64, 0u64);
+        for _ in 0..1_000 {
+            let gap = jittered(Duration::from_nanos(interval), &mut rng).as_nanos() as u64;
+            t += gap;
+            weight_all += gap;
+            if in_first_half(t) {
+                first += 1;
+                weight_first += gap;
+            }
+        }
+        assert!(
+            (430..=570).contains(&first),
+            "{first} of 1,000 in the first half"
+        );
+        let share = weight_first as f64 / weight_all as f64;
+        assert!((0.43..=0.57).contains(&share), "{share}");
     }
 }
