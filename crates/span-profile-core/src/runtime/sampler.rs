@@ -97,6 +97,18 @@ fn jittered(interval: Duration, rng: &mut XorShift) -> Duration {
     Duration::from_nanos(ns / 2 + rng.below(ns))
 }
 
+/// When the tick after one due at `next`, run at `now`, falls: a jittered gap after `next`; or,
+/// for a sampler that fell behind (a long walk, a stopped process), a jittered gap after `now`:
+/// missed ticks are skipped, not made up in a burst.
+fn next_tick(next: Instant, now: Instant, interval: Duration, rng: &mut XorShift) -> Instant {
+    let due = next + jittered(interval, rng);
+    if due < now {
+        now + jittered(interval, rng)
+    } else {
+        due
+    }
+}
+
 /// What the budget reserves before the interval is set: the export thread's CPU rate (from
 /// its last export) and the sampler's own cost of closing windows (from the last close).
 #[derive(Debug, Default)]
@@ -245,11 +257,7 @@ impl Sampler {
                     interval = i;
                 }
             }
-            next += jittered(interval, &mut self.rng);
-            if next < now {
-                // Fell behind (a long walk or a stopped process): skip, do not burst.
-                next = now + jittered(interval, &mut self.rng);
-            }
+            next = next_tick(next, now, interval, &mut self.rng);
             let now_ns = self.clock.now_ns();
             // A clock that jumped back before the window start closes the window too, so a
             // window never covers a negative span of time.
@@ -537,24 +545,23 @@ mod tests {
     }
 
     /// A workload that runs one function in the first half of every interval and another in
-    /// the second: ticks at a fixed interval all land in one half; jittered ticks split them
-    /// by the time each takes, and so do the samples' time weights.
+    /// the second. The run loop's schedule (`next_tick`, each tick run when due) must split
+    /// its ticks between the halves by the time each takes, and so must the samples' time
+    /// weights; ticks at a fixed interval would all land in one half.
     #[test]
-    fn jittered_ticks_do_not_lock_onto_a_workload_that_repeats_at_the_interval() {
-        let interval = 4_000_000u64;
-        let in_first_half = |t: u64| t % interval < interval / 2;
-        let fixed = (1..=1_000u64)
-            .filter(|k| in_first_half(k * interval + 300))
-            .count();
-        assert_eq!(fixed, 1_000, "fixed ticks all see the same half");
-
+    fn the_tick_schedule_does_not_lock_onto_a_workload_that_repeats_at_the_interval() {
+        let interval = Duration::from_millis(4);
+        let half = interval.as_nanos() / 2;
+        let start = Instant::now();
+        let in_first_half = |t: Instant| (t - start).as_nanos() % (2 * half) < half;
         let mut rng = XorShift::new(11);
-        let (mut t, mut first, mut weight_first, mut weight_all) = (300u64, 0, 0u64, 0u64);
+        let (mut next, mut first, mut weight_first, mut weight_all) = (start, 0, 0u128, 0u128);
         for _ in 0..1_000 {
-            let gap = jittered(Duration::from_nanos(interval), &mut rng).as_nanos() as u64;
-            t += gap;
+            let due = next_tick(next, next, interval, &mut rng);
+            let gap = (due - next).as_nanos();
+            next = due;
             weight_all += gap;
-            if in_first_half(t) {
+            if in_first_half(next) {
                 first += 1;
                 weight_first += gap;
             }
@@ -565,5 +572,15 @@ mod tests {
         );
         let share = weight_first as f64 / weight_all as f64;
         assert!((0.43..=0.57).contains(&share), "{share}");
+    }
+
+    #[test]
+    fn a_sampler_that_fell_behind_skips_the_missed_ticks() {
+        let interval = Duration::from_millis(10);
+        let mut rng = XorShift::new(3);
+        let next = Instant::now();
+        let now = next + interval * 50;
+        let due = next_tick(next, now, interval, &mut rng);
+        assert!(due >= now + interval / 2 && due < now + interval * 3 / 2);
     }
 }

@@ -63,8 +63,10 @@ def test_periodic_work_in_step_with_the_ticks_is_split_by_its_time(agent):
     samples = all_samples(agent.output)
     names = ("phase_a", "phase_b")
     # About RUN_S * RATE_HZ = 750 samples: a fair split is 0.5 within a few hundredths; ticks
-    # locked to one phase put nearly all of them on one function.
-    for value in ("samples", "cpu"):
+    # locked to one phase put nearly all of them on one function. CPU and wall time are
+    # weights of those samples (the thread's CPU since its last sample, the time since the
+    # last tick), and must split the same way.
+    for value in ("samples", "cpu", "wall"):
         shares, got = _shares(samples, names, value)
         for n in names:
             assert 0.35 <= shares[n] <= 0.65, "%s shares %r (%r)" % (value, shares, got)
