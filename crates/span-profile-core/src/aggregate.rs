@@ -8,8 +8,8 @@ use crate::mixhash::MixBuild as FxBuild;
 use crate::rows::RowIndex;
 use crate::spans::WindowSpans;
 use crate::{
-    Frame, FrameIndex, Profile, ProfileSample, RawFrame, RawSample, Resource, SpanContext, SpanId,
-    SpanRecord, Stack, WindowStats,
+    ExecutionKey, Frame, FrameIndex, Profile, ProfileSample, RawFrame, RawSample, Resource,
+    SpanContext, SpanId, SpanRecord, Stack, WindowStats,
 };
 
 /// Limits of one window.
@@ -84,6 +84,9 @@ struct Recent {
     task: Option<LabelId>,
     /// `(window, sample, row)` of the last count.
     row: Option<(u64, Sample, u32)>,
+    /// Whose sample with a wall weight this position last counted, in which walk
+    /// ([`WindowAggregator::begin_walk`]): what [`WindowAggregator::repeat_raw`] may count again.
+    last: Option<(ExecutionKey, u64)>,
 }
 
 impl Recent {
@@ -158,6 +161,8 @@ pub struct WindowAggregator {
     interning: u64,
     /// Bumped when a window closes: row numbers of older [`Recent`]s are stale.
     window: u64,
+    /// Bumped by [`Self::begin_walk`]: which walk each [`Recent`] was last filled in.
+    walk: u64,
     threads: LabelValues,
     tasks: LabelValues,
     scratch: Vec<FrameIndex>,
@@ -190,6 +195,7 @@ impl WindowAggregator {
             recent: Vec::new(),
             interning: 1,
             window: 1,
+            walk: 0,
             threads: LabelValues::with_cap(limits.max_thread_names),
             tasks: LabelValues::with_cap(limits.max_task_names),
             scratch: Vec::new(),
@@ -315,6 +321,7 @@ impl WindowAggregator {
         }
         let (interning, window) = (self.interning, self.window);
         let r = &mut self.recent[slot];
+        r.last = (s.weight > 0).then_some((s.key, self.walk));
         if r.interning == interning && r.same_stack(s) {
             if s.truncated {
                 self.stats.truncated_stacks += 1;
@@ -352,6 +359,69 @@ impl WindowAggregator {
         if let Some(row) = row {
             self.bump(row, s.cpu_ns, interval_ns, s.weight);
         }
+    }
+
+    /// Starts a walk: the positions [`Self::add_raw`] fills from here on belong to it, and
+    /// [`Self::repeat_raw`] may count again what the previous walk counted.
+    pub fn begin_walk(&mut self) {
+        self.walk += 1;
+    }
+
+    /// Counts again, at position `slot` of this walk, standing for `weight` samples of
+    /// `interval_ns` each and no CPU time, the sample that [`Self::add_raw`] counted for `key`
+    /// at the same position of the previous walk (with a wall weight), if it is in this
+    /// window's rows. Returns its span (to be marked sampled as [`Self::add_raw`]'s caller
+    /// would), or `None`, counting nothing, when there is no such sample: the window closed
+    /// since, the position held another key or was not filled, the previous walk was not
+    /// begun with [`Self::begin_walk`], or the names overflowed their table.
+    ///
+    /// The caller vouches that the sample it would hand [`Self::add_raw`] now is the same
+    /// (stack, names, span, route) as the last one it handed for `key` with a wall weight; a
+    /// walker knows that of a thread that has not run since (ADR 0035). It costs a few loads,
+    /// where [`Self::add_raw`] compares the whole stack.
+    ///
+    /// ```
+    /// use span_profile_core::internal::WindowAggregator;
+    /// use span_profile_core::{ExecutionKey, RawFrame, RawSample, Resource};
+    /// use span_profile_core::labels::LabelValues;
+    ///
+    /// let mut agg = WindowAggregator::default();
+    /// let frames = [RawFrame { id: 1, line: 3 }];
+    /// let key = ExecutionKey::thread(1);
+    /// agg.begin_walk();
+    /// agg.add_raw(0, &RawSample::new(key, &frames, "main"), None, LabelValues::BACKGROUND, 10_000_000);
+    /// agg.begin_walk();
+    /// assert!(agg.repeat_raw(0, key, 1, 12_000_000).is_some());
+    /// // Another thread at that position, or a position not filled last walk: not counted.
+    /// agg.begin_walk();
+    /// assert!(agg.repeat_raw(0, ExecutionKey::thread(2), 1, 10_000_000).is_none());
+    /// assert!(agg.repeat_raw(1, key, 1, 10_000_000).is_none());
+    /// let mut spans = span_profile_core::SpanTable::default().drain_window();
+    /// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &mut spans);
+    /// assert_eq!((p.samples[0].wall_samples, p.samples[0].wall_ns), (2, 22_000_000));
+    /// ```
+    pub fn repeat_raw(
+        &mut self,
+        slot: usize,
+        key: ExecutionKey,
+        weight: u32,
+        interval_ns: u64,
+    ) -> Option<Option<SpanContext>> {
+        let (interning, window, walk) = (self.interning, self.window, self.walk);
+        let r = self.recent.get_mut(slot)?;
+        if r.interning != interning || r.last != Some((key, walk.wrapping_sub(1))) {
+            return None;
+        }
+        let (w, sample, row) = r.row?;
+        if w != window {
+            return None;
+        }
+        r.last = Some((key, walk));
+        if r.truncated {
+            self.stats.truncated_stacks += 1;
+        }
+        self.bump(row, 0, interval_ns, weight);
+        Some(sample.span)
     }
 
     fn intern_sample(
@@ -1000,27 +1070,85 @@ mod tests {
         assert_eq!(calls, 3);
     }
 
+    /// An aggregator with limits small enough for the fuzzing below to overflow them: 40 rows,
+    /// 30 stacks, `thread_names` of its 8 thread names, 4 of its 5 task names.
+    fn fuzzed(thread_names: usize) -> WindowAggregator {
+        WindowAggregator::new(AggregatorLimits {
+            max_rows: 40,
+            max_stacks: 30,
+            max_thread_names: thread_names,
+            max_task_names: 4,
+        })
+    }
+
+    fn fuzz_ctx(s: u64) -> SpanContext {
+        SpanContext {
+            trace_id: crate::TraceId::from_u128(7).unwrap(),
+            span_id: crate::SpanId::from_u64(s).unwrap(),
+            local_root_span_id: crate::SpanId::from_u64(1).unwrap(),
+        }
+    }
+
+    fn fuzz_names() -> Vec<String> {
+        (0..8).map(|i| format!("worker-{i}")).collect()
+    }
+
+    type FuzzRow = (
+        Vec<Frame>,
+        bool,
+        (Option<SpanContext>, Arc<str>, Arc<str>, Option<Arc<str>>),
+        (u64, u64, u64, u64),
+    );
+
+    /// A window's rows, whatever their order: frames, truncation, labels and counts.
+    fn fuzz_rows(p: &Profile) -> Vec<FuzzRow> {
+        let mut v: Vec<_> = p
+            .samples
+            .iter()
+            .map(|s| {
+                let frames: Vec<_> = p.stack_frames(s.stack).cloned().collect();
+                let truncated = p.stacks[s.stack as usize].truncated;
+                let labels = (
+                    s.span,
+                    s.route.clone(),
+                    s.thread_name.clone(),
+                    s.task_name.clone(),
+                );
+                let counts = (s.cpu_samples, s.wall_samples, s.cpu_ns, s.wall_ns);
+                (frames, truncated, labels, counts)
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Closes both windows and checks that they hold the same rows and stats; returns `fast`'s.
+    fn close_both_the_same(
+        fast: &mut WindowAggregator,
+        slow: &mut WindowAggregator,
+        spans: &SpanTable,
+    ) -> Profile {
+        let mut window = spans.drain_window();
+        let (a, b) = (
+            fast.finish(Resource::default(), 0, 1, 10, &mut window.clone()),
+            slow.finish(Resource::default(), 0, 1, 10, &mut window),
+        );
+        assert_eq!(fuzz_rows(&a), fuzz_rows(&b));
+        assert_eq!(format!("{:?}", a.stats), format!("{:?}", b.stats));
+        a
+    }
+
     /// `add_raw` is only a shortcut: over ticks whose stacks, names, spans and routes change
     /// at random (with reordered walks, overflowing name tables, the row cap and truncated
     /// stacks), it gives the windows that interning and `add` give.
     #[test]
     fn add_raw_gives_the_windows_that_intern_and_add_give() {
-        let limits = AggregatorLimits {
-            max_rows: 40,
-            max_stacks: 30,
-            max_thread_names: 5,
-            max_task_names: 4,
-        };
-        let (mut fast, mut slow) = (WindowAggregator::new(limits), WindowAggregator::new(limits));
+        let (mut fast, mut slow) = (fuzzed(5), fuzzed(5));
         let mut rng = crate::rng::XorShift::new(0x2545_f491_4f6c_dd1d);
         let mut rnd = |n: u64| rng.below(n);
         let spans = SpanTable::default();
-        let ctx = |s: u64| SpanContext {
-            trace_id: crate::TraceId::from_u128(7).unwrap(),
-            span_id: crate::SpanId::from_u64(s).unwrap(),
-            local_root_span_id: crate::SpanId::from_u64(1).unwrap(),
-        };
-        let names: Vec<String> = (0..8).map(|i| format!("worker-{i}")).collect();
+        let ctx = fuzz_ctx;
+        let names = fuzz_names();
         for _window in 0..6 {
             for _tick in 0..50 {
                 let threads = 3 + rnd(6) as usize;
@@ -1060,34 +1188,120 @@ mod tests {
                 fast.resolve_frames(&mut sym);
                 slow.resolve_frames(&mut sym);
             }
-            let mut window = spans.drain_window();
-            let rows = |p: &Profile| {
-                let mut v: Vec<_> = p
-                    .samples
-                    .iter()
-                    .map(|s| {
-                        let frames: Vec<_> = p.stack_frames(s.stack).cloned().collect();
-                        let truncated = p.stacks[s.stack as usize].truncated;
-                        let labels = (
-                            s.span,
-                            s.route.clone(),
-                            s.thread_name.clone(),
-                            s.task_name.clone(),
-                        );
-                        let counts = (s.cpu_samples, s.wall_samples, s.cpu_ns, s.wall_ns);
-                        (frames, truncated, labels, counts)
-                    })
-                    .collect();
-                v.sort();
-                v
-            };
-            let (a, b) = (
-                fast.finish(Resource::default(), 0, 1, 10, &mut window.clone()),
-                slow.finish(Resource::default(), 0, 1, 10, &mut window),
-            );
-            assert_eq!(rows(&a), rows(&b));
-            assert_eq!(format!("{:?}", a.stats), format!("{:?}", b.stats));
+            let a = close_both_the_same(&mut fast, &mut slow, &spans);
             assert!(a.stats.dropped_samples > 0 || a.samples.len() < 40);
         }
+    }
+
+    /// `repeat_raw` is only a shortcut too: a walker that repeats every sample it may (one the
+    /// same as the key's last with a wall weight, no CPU) and hands the whole sample when
+    /// refused gets the windows of one that hands every sample to `add_raw`; over walks whose
+    /// threads change their stacks, names and spans, change places, drop out, get CPU-only
+    /// samples between them, overflow the name table and the row cap, and tick at uneven
+    /// intervals.
+    #[test]
+    fn repeat_raw_gives_the_windows_that_add_raw_gives() {
+        let (mut fast, mut slow) = (fuzzed(7), fuzzed(7));
+        let mut rng = crate::rng::XorShift::new(0x9e37_79b9_7f4a_7c15);
+        let mut rnd = |n: u64| rng.below(n);
+        let spans = SpanTable::default();
+        let ctx = fuzz_ctx;
+        let names = fuzz_names();
+        // Each thread's sample: (stack variant, truncated, name, task, span, route).
+        type State = (u64, bool, usize, Option<&'static str>, Option<u64>, u32);
+        let mut state: Vec<State> = (0..8)
+            .map(|t| (t, false, t as usize, None, None, 0))
+            .collect();
+        // What each thread last handed with a wall weight.
+        let mut last: Vec<Option<State>> = vec![None; 8];
+        let (mut repeated, mut refused, mut dropped) = (0u32, 0u32, 0u64);
+        for _window in 0..6 {
+            for _tick in 0..50 {
+                fast.begin_walk();
+                slow.begin_walk();
+                let interval = 5 + rnd(11);
+                let mut order: Vec<u64> = (0..8).collect();
+                if rnd(10) == 0 {
+                    order.swap(rnd(8) as usize, rnd(8) as usize);
+                }
+                if rnd(10) == 0 {
+                    order.remove(rnd(8) as usize);
+                }
+                let mut slot = 0;
+                for &t in &order {
+                    let st = &mut state[t as usize];
+                    let ran = rnd(10) == 0;
+                    if ran {
+                        *st = (
+                            rnd(4),
+                            rnd(7) == 0,
+                            if rnd(3) == 0 {
+                                rnd(8) as usize
+                            } else {
+                                t as usize
+                            },
+                            (rnd(4) == 0).then_some(["a", "b", "c", "d", "e"][rnd(5) as usize]),
+                            (rnd(2) == 0).then(|| 1 + rnd(3)),
+                            rnd(3) as u32,
+                        );
+                    }
+                    let st = *st;
+                    let frames: Vec<RawFrame> = (0..=st.0)
+                        .map(|d| RawFrame { id: d + t, line: 1 })
+                        .collect();
+                    let weight = 1 + rnd(2) as u32;
+                    let s = RawSample {
+                        key: crate::ExecutionKey::thread(t),
+                        frames: &frames,
+                        truncated: st.1,
+                        cpu_ns: if ran { 1 + rnd(9) } else { 0 },
+                        thread_name: &names[st.2],
+                        task_name: st.3,
+                        span: crate::SpanSource::Unknown,
+                        weight,
+                    };
+                    let span = st.4.map(ctx);
+                    let route = LabelId(st.5);
+                    slow.add_raw(slot, &s, span, route, interval);
+                    if !ran && last[t as usize] == Some(st) {
+                        match fast.repeat_raw(slot, s.key, weight, interval) {
+                            Some(got) => {
+                                assert_eq!(got, span);
+                                repeated += 1;
+                            }
+                            None => {
+                                refused += 1;
+                                fast.add_raw(slot, &s, span, route, interval);
+                            }
+                        }
+                    } else {
+                        fast.add_raw(slot, &s, span, route, interval);
+                    }
+                    last[t as usize] = Some(st);
+                    slot += 1;
+                    // Now and then a CPU-only sample of the same thread's last running stack.
+                    if rnd(50) == 0 {
+                        let other = [RawFrame { id: 99, line: 1 }];
+                        let c = RawSample::new(s.key, &other, s.thread_name)
+                            .with_cpu_ns(5)
+                            .with_weight(0);
+                        slow.add_raw(slot, &c, span, route, interval);
+                        fast.add_raw(slot, &c, span, route, interval);
+                        slot += 1;
+                    }
+                }
+                fast.resolve_frames(&mut sym);
+                slow.resolve_frames(&mut sym);
+            }
+            let a = close_both_the_same(&mut fast, &mut slow, &spans);
+            dropped += a.stats.dropped_samples;
+        }
+        // Both ways were taken: about half the unchanged samples were repeated, the rest
+        // refused (moved slots, window closes, overflowed names, the row cap), and the cap
+        // dropped samples.
+        assert!(
+            repeated > 500 && refused > 50 && dropped > 0,
+            "{repeated} repeated, {refused} refused, {dropped} dropped"
+        );
     }
 }

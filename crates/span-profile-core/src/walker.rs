@@ -152,6 +152,17 @@ pub trait StackSink {
     /// plus any CPU-only samples (`weight` 0, ADR 0019); a signal-driven walker may report
     /// several samples of one key in a tick, each taken at its own instant (ADR 0005).
     fn sample(&mut self, sample: &RawSample<'_>);
+    /// Counts again, standing for `weight` samples and no CPU time, the sample with a wall
+    /// weight that the walker handed for `key` in the previous tick, as the next sample of this
+    /// tick. The walker calls it only when the sample it would hand now is the same (frames,
+    /// names, span), as it knows of a thread that has not run since (ADR 0035); it saves
+    /// building and comparing the sample again. Returns `false` when the sink keeps no such
+    /// sample (the default, which keeps nothing): the walker then hands the whole sample to
+    /// [`StackSink::sample`].
+    fn repeat(&mut self, key: ExecutionKey, weight: u32) -> bool {
+        let _ = (key, weight);
+        false
+    }
     /// Counts a failure (one per thread or task that could not be walked).
     fn error(&mut self, error: WalkError);
 }

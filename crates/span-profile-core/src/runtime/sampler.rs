@@ -17,7 +17,8 @@ use crate::registry::{ActiveSpan, ActiveSpanRegistry, RegistryStats};
 use crate::rng::XorShift;
 use crate::spans::SpanTable;
 use crate::{
-    Frame, Profile, RawFrame, RawSample, Resource, SpanSource, StackSink, StackWalker, WalkError,
+    ExecutionKey, Frame, Profile, RawFrame, RawSample, Resource, SpanSource, StackSink,
+    StackWalker, WalkError,
 };
 
 use super::{Counters, LazyRegistry, Ledger};
@@ -311,6 +312,7 @@ impl Sampler {
         self.counters.ticks.fetch_add(1, Ordering::Relaxed);
         self.agg.stats_mut().ticks += 1;
         self.tick_samples = 0;
+        self.agg.begin_walk();
         let mut walker = std::mem::replace(&mut self.walker, Box::new(NoWalker));
         walker.walk(&mut TickSink { sampler: self });
         // Off the per-sample path: name the frames first seen in this tick.
@@ -422,6 +424,22 @@ impl StackSink for TickSink<'_> {
             SpanSource::Unknown => None,
         };
         self.record(s, active);
+    }
+
+    fn repeat(&mut self, key: ExecutionKey, weight: u32) -> bool {
+        let sampler = &mut *self.sampler;
+        let slot = sampler.tick_samples as usize;
+        let Some(span) = sampler
+            .agg
+            .repeat_raw(slot, key, weight, sampler.tick_interval_ns)
+        else {
+            return false;
+        };
+        if let Some(ctx) = &span {
+            sampler.spans.mark_sampled(ctx);
+        }
+        sampler.tick_samples += 1;
+        true
     }
 
     fn error(&mut self, error: WalkError) {

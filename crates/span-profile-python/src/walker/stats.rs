@@ -40,6 +40,9 @@ span_profile_core::counters! {
         /// Samples of threads that had not run since their stack was copied, reported from the
         /// walker's copy without reading frames (always off CPU).
         reused_stacks,
+        /// Of `reused_stacks`, the samples counted again by the sink as the same thread's
+        /// sample of the tick before (`StackSink::repeat`, ADR 0035): neither named nor compared.
+        repeated_samples,
         /// CPU-clock reads saved: the thread's scheduler page showed it had not run since its
         /// last read (ADR 0033).
         clock_reads_saved,

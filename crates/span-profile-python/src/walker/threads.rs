@@ -39,6 +39,9 @@ struct Shared {
     map: Mutex<HashMap<u64, ThreadInfo, BuildHasherDefault<AddrHasher>>>,
     /// Lookups that found the map busy and gave the default name.
     busy: AtomicU64,
+    /// Bumped after every change to `map`: a walker that finds it where it was at its last
+    /// tick knows every name it looked up since is still current ([`ThreadRegistry::generation`]).
+    generation: AtomicU64,
 }
 
 impl ThreadRegistry {
@@ -56,6 +59,16 @@ impl ThreadRegistry {
             return;
         }
         f(map.entry(thread_id).or_default());
+        // Release, after the change: a walker that sees the new count sees the change.
+        self.inner.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many changes the registry has had. Read by the walker once a tick: while it stays
+    /// the same, no thread was named, renamed, registered or forgotten, so a sample's name
+    /// looked up at an earlier tick still holds (ADR 0035).
+    pub(crate) fn generation(&self) -> u64 {
+        // Acquire: pairs with the Release bump after each change.
+        self.inner.generation.load(Ordering::Acquire)
     }
 
     /// Names the thread whose `threading.get_ident()` is `thread_id`.
@@ -81,6 +94,7 @@ impl ThreadRegistry {
             Err(poisoned) => poisoned.into_inner(),
         };
         map.remove(&thread_id);
+        self.inner.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Copies the thread's name into `buf` (or the default `Thread-<id>`) and returns its

@@ -177,6 +177,11 @@ pub struct PythonWalker<R> {
     /// The reservoir's and the weights' randomness.
     rng: XorShift,
     tick: u64,
+    /// The thread registry's generation at this tick's start, and whether it was the same at
+    /// the last tick's: then no name changed since, and a thread that has not run may have its
+    /// sample counted again by the sink without being named (ADR 0035).
+    names_generation: u64,
+    names_stable: bool,
 }
 
 impl PythonWalker<GuardedReader> {
@@ -270,6 +275,8 @@ impl<R: MemoryReader> PythonWalker<R> {
             stacks: StackCache::new(config.max_threads.saturating_mul(2), config.max_depth),
             rng: XorShift::new(0x9e37_79b9_7f4a_7c15 ^ (target.runtime | 1)),
             tick: 0,
+            names_generation: u64::MAX,
+            names_stable: false,
             config,
         })
     }
@@ -598,7 +605,15 @@ impl<R: MemoryReader> PythonWalker<R> {
 
     fn walk_thread(&mut self, sink: &mut dyn StackSink, mut t: ThreadRef, weight: u32) {
         let l = self.layout;
-        let registered_native = self.registry.lookup(t.thread_id, &mut self.name);
+        // The name (and, before 3.11, the native id) from the registry; on 3.11+ the tid is in
+        // the thread state, and the name is looked up only when a sample is built with it.
+        let tid_in_state = u32::try_from(t.native).is_ok_and(|n| n != 0);
+        let registered_native = if tid_in_state {
+            0
+        } else {
+            self.registry.lookup(t.thread_id, &mut self.name)
+        };
+        let named = !tid_in_state;
         // The CPU clock is read before anything of the thread's state (the frame pointer
         // included): if the thread runs after it, while the frames are copied, the next tick
         // sees the clock advanced and copies them again rather than reusing a torn copy.
@@ -629,6 +644,16 @@ impl<R: MemoryReader> PythonWalker<R> {
                     bump(&self.counters.truncated, 1);
                 }
                 let key = ExecutionKey::thread(t.thread_id);
+                // Nothing of the sample can have changed since the last: not the stack or the
+                // span (the thread has not run), nor its name (the registry has not changed).
+                // A task's name is kept elsewhere, so a sample with a task is built again.
+                if self.names_stable && !r.has_task() && sink.repeat(key, weight) {
+                    bump(&self.counters.repeated_samples, 1);
+                    return;
+                }
+                if !named {
+                    self.registry.lookup(t.thread_id, &mut self.name);
+                }
                 let sample = RawSample::new(key, frames, self.name.as_str())
                     .with_truncated(truncated)
                     .with_weight(weight);
@@ -639,6 +664,9 @@ impl<R: MemoryReader> PythonWalker<R> {
         // When the clock was read, near enough (the lookup above is a few loads): `runs_now`
         // measures from here. Not read for a thread reported from its copy.
         let cpu_read_at = monotonic_ns();
+        if !named {
+            self.registry.lookup(t.thread_id, &mut self.name);
+        }
         self.refresh_before_walk(&mut t);
         let mut frame = t.frame_field;
         if let Some(off) = l.cframe_current_frame {
@@ -827,6 +855,9 @@ impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
         }
         self.tick = self.tick.wrapping_add(1);
         self.cache.tick = self.tick;
+        let generation = self.registry.generation();
+        self.names_stable = generation == self.names_generation;
+        self.names_generation = generation;
         self.cpu.begin_tick(monotonic_ns());
         self.walk_all(sink);
     }

@@ -87,6 +87,13 @@ pub(crate) struct Resolution {
     task: Option<u32>,
 }
 
+impl Resolution {
+    /// Whether the context had a task tag (its name is looked up when the sample is built).
+    pub(crate) fn has_task(&self) -> bool {
+        self.task.is_some()
+    }
+}
+
 #[cfg(test)]
 impl Resolution {
     /// A context that held `task` and could not be read for a span.

@@ -1,0 +1,97 @@
+"""A thread that waits is charged the wall time it waited, in the function it waits in, under
+its own name and span, tick after tick and across window closes, although from its second
+sample on the sampler counts its previous sample again rather than building a new one
+(ADR 0035: `stats()["walker_samples_repeated"]`).
+
+Ground truth is the time each thread measured itself around its wait. The profile's wall time
+is the time between ticks, so the sum over a thread's samples in `waits_here` is the time it
+waited, give or take a tick at each end.
+"""
+import threading
+import time
+
+from conftest import RATE_HZ
+from pprof_reader import all_samples
+
+TICK_S = 1.0 / RATE_HZ
+
+
+def waits_here(event):
+    event.wait()
+
+
+def _park(names, tracer, wait_s, in_span=()):
+    """Starts a thread per name that waits in `waits_here` (inside a span of its own if its
+    name is in `in_span`) until released `wait_s` after all have started; returns each one's
+    measured wait (seconds) and span id."""
+    release = threading.Event()
+    started = threading.Barrier(len(names) + 1)
+    waited, spans = {}, {}
+
+    def run(name):
+        def wait():
+            started.wait()
+            t0 = time.monotonic()
+            waits_here(release)
+            waited[name] = time.monotonic() - t0
+
+        if name in in_span:
+            with tracer.start_as_current_span("wait." + name) as s:
+                spans[name] = format(s.context.span_id, "016x")
+                wait()
+        else:
+            wait()
+
+    threads = [threading.Thread(target=run, args=(n,), name=n) for n in names]
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(wait_s)
+    release.set()
+    for t in threads:
+        t.join()
+    return waited, spans
+
+
+def _wall_in_wait(output, name):
+    """(wall seconds, span ids) of `name`'s samples whose leaf Python function is `waits_here`
+    or one it called (the `Event.wait` below it)."""
+    wall, spans = 0, set()
+    for s in all_samples(output):
+        if s.labels.get("thread_name") == name and "waits_here" in s.functions:
+            wall += s.values.get("wall", 0)
+            spans.add(s.labels.get("span_id"))
+    return wall / 1e9, spans
+
+
+def test_a_waiting_thread_is_charged_the_wall_time_it_waited(agent, tracer):
+    names = ["waiter-%d" % i for i in range(6)]
+    before = agent.stats()
+    # 2.5 s at window_s=1: the waits straddle at least two window closes.
+    waited, spans = _park(names, tracer, 2.5, in_span=names[:3])
+    after = agent.stats()
+    agent.stop()
+
+    for name in names:
+        wall, labels = _wall_in_wait(agent.output, name)
+        # A tick either side of the wait, and the sampler's wake-up running late at either end.
+        assert abs(wall - waited[name]) <= 0.05 * waited[name] + 3 * TICK_S, (name, wall, waited[name])
+        assert labels == {spans.get(name)}, (name, labels)
+    # The waits were counted mostly as repeats: about 625 ticks of 6 threads (and of the main
+    # thread, asleep), of which only each thread's first sample, and the first after each
+    # window close, are built.
+    repeated = after["walker_samples_repeated"] - before["walker_samples_repeated"]
+    ticks = after["ticks"] - before["ticks"]
+    assert repeated > 0.8 * ticks * len(names), (repeated, ticks)
+
+
+def test_a_thread_started_after_another_ended_is_sampled_under_its_own_name(agent, tracer):
+    # The second thread usually gets the first one's ident (the same stack): its samples must
+    # not be counted again as the first one's.
+    waited_first, _ = _park(["first"], tracer, 0.6)
+    waited_second, _ = _park(["second"], tracer, 0.6)
+    agent.stop()
+
+    for name, waited in (("first", waited_first["first"]), ("second", waited_second["second"])):
+        wall, _ = _wall_in_wait(agent.output, name)
+        assert abs(wall - waited) <= 0.05 * waited + 3 * TICK_S, (name, wall, waited)
