@@ -95,3 +95,22 @@ def test_a_thread_started_after_another_ended_is_sampled_under_its_own_name(agen
     for name, waited in (("first", waited_first["first"]), ("second", waited_second["second"])):
         wall, _ = _wall_in_wait(agent.output, name)
         assert abs(wall - waited) <= 0.05 * waited + 3 * TICK_S, (name, wall, waited)
+
+
+def test_a_waiting_thread_named_again_from_another_thread_takes_the_new_name(agent):
+    # The agent names the threads it finds running at start from the starting thread, while
+    # they may be waiting: the samples of a thread that has not run follow the registry too.
+    release = threading.Event()
+    t = threading.Thread(target=waits_here, args=(release,), name="before")
+    t.start()
+    time.sleep(0.5)
+    agent._native.thread_started(t.ident, "after", t.native_id)
+    t0 = time.monotonic()
+    time.sleep(0.5)
+    named_for = time.monotonic() - t0
+    release.set()
+    t.join()
+    agent.stop()
+
+    wall, _ = _wall_in_wait(agent.output, "after")
+    assert abs(wall - named_for) <= 0.05 * named_for + 3 * TICK_S, (wall, named_for)
