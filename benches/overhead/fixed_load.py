@@ -21,6 +21,9 @@ scheduled arrival to the end of the response). Per run:
                   (py-spy's own VmHWM is given apart, as profiler_rss_mb)
   sample_hz       span_profile: ticks per second from span_profile.stats(); py-spy: the samples it
                   reports at exit over its run time (every thread's samples); others: not readable
+  sampler_us_per_req, export_us_per_req
+                  span_profile's own threads' CPU (their schedstat, found by thread name) per
+                  completed request: what of cpu_ms_per_req is not the application's threads
 
 Arms: none, span_profile-full (100 Hz, budget off), span_profile (100 Hz, default budget), py-spy
 (record -r 100 --nonblocking, out of process), pyroscope (pyroscope-io + pyroscope-otel), ddtrace
@@ -70,6 +73,27 @@ def proc_cpu_s(pid):
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
+
+
+def agent_threads_cpu_s(pid):
+    """CPU seconds (the scheduler's `schedstat`) of span_profile's own threads now alive, by
+    role: {"sampler": ..., "export": ...}; the rest of the process is the application's."""
+    out = {"sampler": 0.0, "export": 0.0}
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, t)) as f:
+                comm = f.read().strip()
+            role = {"span-profile-sa": "sampler", "span-profile-ex": "export"}.get(comm[:15])
+            if role:
+                with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                    out[role] += int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
 
 
 def proc_status_mb(pid, key):
@@ -192,6 +216,7 @@ def run_once(args, service, arm, rate, seed, sink):
         client(args, port, rate, args.warmup, 0, seed + 1000)
         s0 = get_json(port, "/stats")
         c0, pc0, t0 = proc_cpu_s(pid), proc_cpu_s(p.pid) if arm == "py-spy" else 0.0, time.monotonic()
+        a0 = agent_threads_cpu_s(pid)
         rss, stop = [], threading.Event()
 
         def poll_rss():
@@ -203,6 +228,7 @@ def run_once(args, service, arm, rate, seed, sink):
         poller.start()
         load = client(args, port, rate, args.duration, 1_000_000, seed)
         c1, pc1, t1 = proc_cpu_s(pid), proc_cpu_s(p.pid) if arm == "py-spy" else 0.0, time.monotonic()
+        a1 = agent_threads_cpu_s(pid)
         stop.set()
         poller.join()
         s1 = get_json(port, "/stats")
@@ -229,6 +255,11 @@ def run_once(args, service, arm, rate, seed, sink):
              rss_steady_mb=round(statistics.median(rss[len(rss) // 2:]), 1) if rss else None,
              rss_peak_mb=peak and round(peak, 1), profiler_rss_mb=prof_rss and round(prof_rss, 1),
              sample_hz=None, load1=round(os.getloadavg()[0], 2))
+    # What span_profile's own threads used in the run, a request (µs); the rest of the
+    # process's CPU is the application's threads, span hooks included.
+    if load["completed"]:
+        for role in ("sampler", "export"):
+            r[role + "_us_per_req"] = round(1e6 * (a1[role] - a0[role]) / load["completed"], 2)
     if arm.startswith("span_profile") and "agent" in s0 and "agent" in s1:
         r["sample_hz"] = round((s1["agent"].get("ticks", 0) - s0["agent"].get("ticks", 0)) / (t1 - t0), 1)
         # Windows end on the wall clock's multiples of their length, so a run shorter than a
