@@ -607,7 +607,7 @@ impl<R: MemoryReader> PythonWalker<R> {
         let l = self.layout;
         // The name (and, before 3.11, the native id) from the registry; on 3.11+ the tid is in
         // the thread state, and the name is looked up only when a sample is built with it.
-        let tid_in_state = u32::try_from(t.native).is_ok_and(|n| n != 0);
+        let tid_in_state = tid_in_state(t.native).is_some();
         let registered_native = if tid_in_state {
             0
         } else {
@@ -661,12 +661,13 @@ impl<R: MemoryReader> PythonWalker<R> {
                 return;
             }
         }
-        // When the clock was read, near enough (the lookup above is a few loads): `runs_now`
-        // measures from here. Not read for a thread reported from its copy.
-        let cpu_read_at = monotonic_ns();
         if !named {
             self.registry.lookup(t.thread_id, &mut self.name);
         }
+        // When the clock was read, near enough (the lookups above are a few loads, the name's
+        // a lock attempt or a few): `runs_now` measures from here, over the frames' copy. Not
+        // read for a thread reported from its copy.
+        let cpu_read_at = monotonic_ns();
         self.refresh_before_walk(&mut t);
         let mut frame = t.frame_field;
         if let Some(off) = l.cframe_current_frame {
@@ -838,13 +839,19 @@ impl<R: MemoryReader> PythonWalker<R> {
         if self.config.cpu_time == CpuTimeSource::Disabled {
             return None;
         }
-        match u32::try_from(native) {
-            Ok(t) if t != 0 => Some(t),
-            _ if registered != 0 => Some(registered),
+        match tid_in_state(native) {
+            Some(t) => Some(t),
+            None if registered != 0 => Some(registered),
             _ if self.pthread_tid_ok => tid_from_pthread(&self.reader, thread_id).ok(),
             _ => None,
         }
     }
+}
+
+/// The OS tid a thread state carries (`native_thread_id`, 3.11+), if it does: then the walker
+/// needs the registry only for the thread's name.
+fn tid_in_state(native: u64) -> Option<u32> {
+    u32::try_from(native).ok().filter(|&t| t != 0)
 }
 
 impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
