@@ -4,10 +4,14 @@
 //! Nothing is sampled, aggregated or exported, so no sampler running at that rate on this
 //! machine can cost less.
 //!
-//!     flock /tmp/bench.lock cargo run --release -p span-profile-benches --example wake_floor [SECONDS] [RATE_HZ] [ROUNDS]
+//!     flock /tmp/bench.lock cargo run --release -p span-profile-benches --example wake_floor [SECONDS] [RATE_HZ] [ROUNDS] [SLACK_NS]
 //!
 //! Prints, per round, the thread's CPU as a share of one core and the CPU per wake-up, then
-//! the median over the rounds, with the load average before and after.
+//! the median over the rounds, with the load average before and after. With `SLACK_NS` the
+//! thread's timer slack is set to it first (`/proc/self/timerslack_ns`, as
+//! `prctl(PR_SET_TIMERSLACK)` would: the loop runs on the main thread; Linux's default is
+//! 50,000 ns), to see whether letting the kernel coalesce the wake-up with other timers
+//! changes what it costs.
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +40,13 @@ fn main() {
     let seconds: f64 = arg(1, 5.0);
     let rate: f64 = arg(2, 100.0);
     let rounds: usize = arg(3, 3);
+    let slack_ns: u64 = arg(4, 0);
+    if slack_ns > 0 {
+        std::fs::write("/proc/self/timerslack_ns", slack_ns.to_string())
+            .expect("setting /proc/self/timerslack_ns (Linux 4.6 and later)");
+        let set = std::fs::read_to_string("/proc/self/timerslack_ns").unwrap_or_default();
+        println!("timer slack: {} ns", set.trim());
+    }
     let period = Duration::from_secs_f64(1.0 / rate);
     let wakes = (seconds * rate) as u64;
     println!("load before: {}", load());

@@ -75,10 +75,10 @@ def proc_cpu_s(pid):
         return None
 
 
-def agent_threads_cpu_s(pid):
-    """CPU seconds (the scheduler's `schedstat`) of span_profile's own threads now alive, by
-    role: {"sampler": ..., "export": ...}; the rest of the process is the application's."""
-    out = {"sampler": 0.0, "export": 0.0}
+def agent_threads(pid):
+    """span_profile's own threads in process `pid`, now alive, found by the names the agent
+    gives them: {tid: "sampler" or "export"}."""
+    out = {}
     try:
         tasks = os.listdir("/proc/%d/task" % pid)
     except OSError:
@@ -87,10 +87,22 @@ def agent_threads_cpu_s(pid):
         try:
             with open("/proc/%d/task/%s/comm" % (pid, t)) as f:
                 comm = f.read().strip()
-            role = {"span-profile-sa": "sampler", "span-profile-ex": "export"}.get(comm[:15])
-            if role:
-                with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
-                    out[role] += int(f.read().split()[0]) / 1e9
+        except OSError:
+            continue
+        role = {"span-profile-sa": "sampler", "span-profile-ex": "export"}.get(comm[:15])
+        if role:
+            out[int(t)] = role
+    return out
+
+
+def agent_threads_cpu_s(pid):
+    """CPU seconds (the scheduler's `schedstat`) of span_profile's own threads now alive, by
+    role: {"sampler": ..., "export": ...}; the rest of the process is the application's."""
+    out = {"sampler": 0.0, "export": 0.0}
+    for tid, role in agent_threads(pid).items():
+        try:
+            with open("/proc/%d/task/%d/schedstat" % (pid, tid)) as f:
+                out[role] += int(f.read().split()[0]) / 1e9
         except (OSError, ValueError, IndexError):
             pass
     return out
