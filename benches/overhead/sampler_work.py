@@ -14,8 +14,8 @@ at --rps, and after --warmup seconds reads both for --seconds:
     python benches/overhead/sampler_work.py --python target/venvs/bench-3.12/bin/python \\
         --bench ../shared/bench --service threads --rps 377.4
 
-Needs `perf` (linux-perf) with `perf_event_paranoid` at 2 or below for the service's threads
-(root here). Prints one line per run, and with --json the numbers as JSON.
+Needs `perf` (linux-perf), run as root or with `perf_event_paranoid` at 1 or below (it counts
+another process's thread, kernel time included). Prints one line, or with --json the numbers.
 """
 import argparse
 import json
