@@ -18,6 +18,13 @@ LOGGER = logging.getLogger("span_profile")
 CHECK_EVERY_S = 2.0
 
 _lock = threading.Lock()
+#: Held by the pump from taking records off the native queue until it has logged them, and by
+#: ``flush``: so a flush returns only once every record queued before it is logged. Re-entrant:
+#: a logging handler on the pump thread may itself call ``flush``.
+_emit_lock = threading.RLock()
+#: How long ``flush`` waits for the pump's batch in flight (a slow logging handler) before it
+#: logs what is left anyway.
+FLUSH_WAIT_S = 2.0
 _thread = None
 _pid = None
 _checks = []  # callables run by the pump every CHECK_EVERY_S
@@ -34,8 +41,15 @@ def emit(records):
 
 
 def flush():
-    """Logs what the native side queued so far (``stop()`` and exit call it)."""
-    emit(_native.log_drain())
+    """Logs what the native side queued so far (``stop()`` and exit call it). When it returns,
+    every record queued before the call has been handed to ``logging``: by the pump, if it had
+    already taken it (waited for, up to :data:`FLUSH_WAIT_S`), else here."""
+    got = _emit_lock.acquire(timeout=FLUSH_WAIT_S)
+    try:
+        emit(_native.log_drain())
+    finally:
+        if got:
+            _emit_lock.release()
 
 
 def _pump():
@@ -49,7 +63,11 @@ def _pump():
 
 def _pump_loop():
     while not _stopping:
-        emit(_native.log_wait(CHECK_EVERY_S))
+        # Records are taken only under the lock flush() takes: one this thread holds is logged
+        # before a concurrent flush() returns.
+        if _native.log_ready(CHECK_EVERY_S):
+            with _emit_lock:
+                emit(_native.log_drain())
         if _stopping:
             return
         for check in list(_checks):
@@ -85,9 +103,16 @@ def _stop_pump():
 
 
 atexit.register(_stop_pump)
+def _after_fork_in_child():
+    global _emit_lock
+    # The pump did not come with the fork; its thread id may come back as a thread of the
+    # child's, and the lock it may have held is held by nobody in the child.
+    _native.clear_own_threads()
+    _emit_lock = threading.RLock()
+
+
 if hasattr(os, "register_at_fork"):
-    # The pump did not come with the fork; its thread id may come back as a thread of the child's.
-    os.register_at_fork(after_in_child=_native.clear_own_threads)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def add_check(check):

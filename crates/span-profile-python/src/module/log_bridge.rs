@@ -28,7 +28,7 @@ static QUEUE: Mutex<VecDeque<Entry>> = Mutex::new(VecDeque::new());
 static READY: Condvar = Condvar::new();
 /// Records the queue had no room (or no uncontended moment) for. Relaxed: a count only.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
-/// Set by [`log_wake`]: the waiting [`log_wait`] returns at once. Relaxed is enough: the
+/// Set by [`log_wake`]: the waiting [`log_ready`] returns at once. Relaxed is enough: the
 /// condition variable's mutex orders it with the wait.
 static WAKE: AtomicBool = AtomicBool::new(false);
 
@@ -119,20 +119,40 @@ fn take(q: &mut VecDeque<Entry>) -> Vec<Entry> {
     out
 }
 
-/// Waits up to `timeout_s` (GIL released) for native log records and returns them as
-/// `(level, logger, message)` tuples; `[]` if none came. For `span_profile._logging`'s thread.
+/// Whether records (or a count of dropped ones) wait in the queue.
+fn pending(q: &VecDeque<Entry>) -> bool {
+    !q.is_empty() || DROPPED.load(Ordering::Relaxed) > 0
+}
+
+/// The queue's lock, tried for up to `patience`: in a forked child the lock may be held by a
+/// thread that does not exist there, so this gives up rather than hang.
+fn lock_queue(patience: Duration) -> Option<std::sync::MutexGuard<'static, VecDeque<Entry>>> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match QUEUE.try_lock() {
+            Ok(g) => return Some(g),
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) if Instant::now() >= deadline => return None,
+            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
+        }
+    }
+}
+
+/// Waits up to `timeout_s` (GIL released) until native log records are queued; true if some
+/// are, false on the timeout or a [`log_wake`]. Takes nothing: `span_profile._logging`'s thread
+/// then takes them with [`log_drain`] under the lock `flush()` takes too, so a record is never
+/// in that thread's hands, unlogged, while a flush finds the queue empty.
 #[pyfunction]
 #[pyo3(signature = (timeout_s))]
-pub(crate) fn log_wait(py: Python<'_>, timeout_s: f64) -> Vec<Entry> {
+pub(crate) fn log_ready(py: Python<'_>, timeout_s: f64) -> bool {
     let timeout = Duration::from_secs_f64(timeout_s.clamp(0.0, 3600.0));
     py.detach(move || {
         let deadline = Instant::now() + timeout;
         loop {
-            if !timeout.is_zero() && WAKE.swap(false, Ordering::Relaxed) {
-                return Vec::new();
+            if WAKE.swap(false, Ordering::Relaxed) {
+                return false;
             }
-            // try_lock, not lock: in a forked child the lock may be held by a thread that
-            // does not exist there; then this polls instead of hanging.
+            // try_lock, not lock: see `lock_queue`; here a held lock means polling.
             let guard = match QUEUE.try_lock() {
                 Ok(g) => Some(g),
                 Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -140,25 +160,31 @@ pub(crate) fn log_wait(py: Python<'_>, timeout_s: f64) -> Vec<Entry> {
             };
             let now = Instant::now();
             match guard {
-                Some(mut q) => {
-                    if !q.is_empty() || DROPPED.load(Ordering::Relaxed) > 0 || now >= deadline {
-                        return take(&mut q);
+                Some(q) => {
+                    if pending(&q) {
+                        return true;
                     }
-                    let (mut q, _) = READY
+                    if now >= deadline {
+                        return false;
+                    }
+                    let (q, _) = READY
                         .wait_timeout(q, deadline - now)
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if !q.is_empty() || Instant::now() >= deadline {
-                        return take(&mut q);
+                    if pending(&q) {
+                        return true;
+                    }
+                    if Instant::now() >= deadline {
+                        return false;
                     }
                 }
-                None if now >= deadline => return Vec::new(),
+                None if now >= deadline => return false,
                 None => std::thread::sleep(Duration::from_millis(20).min(deadline - now)),
             }
         }
     })
 }
 
-/// Makes a waiting (or the next) [`log_wait`] return at once: the pump's exit at interpreter
+/// Makes a waiting (or the next) [`log_ready`] return at once: the pump's exit at interpreter
 /// shutdown, before finalization (a thread that comes back from a native wait during
 /// finalization crashes the process).
 #[pyfunction]
@@ -168,10 +194,16 @@ pub(crate) fn log_wake() {
     READY.notify_all();
 }
 
-/// The records queued now, without waiting (`stop()` and exit call it).
+/// The records queued now, as `(level, logger, message)` tuples, without waiting for more
+/// (the pump after [`log_ready`], and `flush()`). Gives up, leaving them queued, only if the
+/// queue's lock stays held for 50 ms (a forked child's copy held by a thread it does not have).
 #[pyfunction]
 pub(crate) fn log_drain(py: Python<'_>) -> Vec<Entry> {
-    log_wait(py, 0.0)
+    py.detach(|| {
+        lock_queue(Duration::from_millis(50))
+            .map(|mut q| take(&mut q))
+            .unwrap_or_default()
+    })
 }
 
 /// Logs `message` at `level` (`"error"`, `"warn"`, `"info"`, `"debug"`) under `target` from a

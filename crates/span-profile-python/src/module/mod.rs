@@ -41,7 +41,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lifecycle::set_span_hooks, m)?)?;
     m.add_function(wrap_pyfunction!(processor::set_ends_at_ending, m)?)?;
     m.add_function(wrap_pyfunction!(span_hooks::span_field_indices, m)?)?;
-    m.add_function(wrap_pyfunction!(log_bridge::log_wait, m)?)?;
+    m.add_function(wrap_pyfunction!(log_bridge::log_ready, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::log_drain, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::log_wake, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::emit_log, m)?)?;

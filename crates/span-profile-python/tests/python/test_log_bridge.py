@@ -37,6 +37,22 @@ def test_the_pump_delivers_while_an_agent_runs(agent, caplog):
     assert [r.name for r in caplog.records if r.getMessage() == "pumped (test)"] == ["span_profile.delivery"]
 
 
+def test_flush_returns_once_every_record_queued_before_it_is_logged(agent, caplog):
+    # The pump runs (an agent does) and wakes at each record: it often takes one before the
+    # flush that follows it. flush() must still return only once that record is logged, as
+    # stop() and exit rely on.
+    caplog.set_level(logging.WARNING, logger="span_profile")
+    missing = []
+    for i in range(1000):
+        message = "flushed %d (test)" % i
+        _native.emit_log("warn", "span_profile::export", message)
+        _logging.flush()
+        if not any(r.getMessage() == message for r in caplog.records):
+            missing.append(i)
+    assert missing == []
+    assert sum(1 for r in caplog.records if r.getMessage().startswith("flushed ")) == 1000
+
+
 def test_with_no_logging_configured_a_native_warning_reaches_stderr_even_at_exit():
     # An atexit function registered after span_profile's runs first: it logs from Rust while
     # the interpreter is shutting down; the process still exits, and the line is printed.
