@@ -20,6 +20,8 @@ use pyo3::prelude::*;
 
 /// Records waiting for the Python side; more are counted in [`DROPPED`].
 const CAPACITY: usize = 256;
+/// Tries of the queue's lock before a record is counted as dropped.
+const PUSH_ATTEMPTS: usize = 64;
 
 /// One record: Python level number, logger name, message.
 type Entry = (u8, String, String);
@@ -77,20 +79,27 @@ impl log::Log for Bridge {
             logger_name(record.target()),
             record.args().to_string(),
         );
-        match QUEUE.try_lock() {
-            Ok(mut q) if q.len() < CAPACITY => {
+        // The lock is held only to push or take records, so a few tries nearly always get it;
+        // they stay bounded (a forked child's copy may be held by a thread it does not have).
+        let mut q = None;
+        for _ in 0..PUSH_ATTEMPTS {
+            match QUEUE.try_lock() {
+                Ok(g) => q = Some(g),
+                Err(TryLockError::Poisoned(p)) => q = Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => {
+                    std::thread::yield_now();
+                    continue;
+                }
+            }
+            break;
+        }
+        match q {
+            Some(mut q) if q.len() < CAPACITY => {
                 q.push_back(entry);
                 READY.notify_one();
             }
-            Ok(_) | Err(TryLockError::WouldBlock) => {
+            _ => {
                 DROPPED.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(TryLockError::Poisoned(p)) => {
-                let mut q = p.into_inner();
-                if q.len() < CAPACITY {
-                    q.push_back(entry);
-                    READY.notify_one();
-                }
             }
         }
     }

@@ -3,6 +3,7 @@ native thread that never takes the GIL, at once while an agent runs, at exit, an
 child; with no logging configured, warnings reach stderr."""
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -41,16 +42,22 @@ def test_flush_returns_once_every_record_queued_before_it_is_logged(agent, caplo
     # The pump runs (an agent does) and wakes at each record: it often takes one before the
     # flush that follows it. flush() must still return only once that record is logged, as
     # stop() and exit rely on.
+    # A record that cannot be queued is counted and reported instead (ADR 0029): each one
+    # missing must be in such a report.
     caplog.set_level(logging.WARNING, logger="span_profile")
-    missing = []
+    missing, reported = [], 0
     for i in range(1000):
         message = "flushed %d (test)" % i
         _native.emit_log("warn", "span_profile::export", message)
         _logging.flush()
         if not any(r.getMessage() == message for r in caplog.records):
             missing.append(i)
-    assert missing == []
-    assert sum(1 for r in caplog.records if r.getMessage().startswith("flushed ")) == 1000
+    for r in caplog.records:
+        m = re.match(r"(\d+) log record\(s\) of the native profiler were dropped", r.getMessage())
+        if m:
+            reported += int(m.group(1))
+    assert len(missing) == reported, (missing, reported)
+    assert len(missing) < 10
 
 
 def test_with_no_logging_configured_a_native_warning_reaches_stderr_even_at_exit():
