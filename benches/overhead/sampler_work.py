@@ -46,8 +46,11 @@ def schedstat(pid, tid):
 
 
 def task_clock_ms(tid, seconds):
-    out = subprocess.run(["perf", "stat", "-x", ",", "-e", "task-clock", "-t", str(tid), "--",
-                          "sleep", str(seconds)], capture_output=True, text=True)
+    try:
+        out = subprocess.run(["perf", "stat", "-x", ",", "-e", "task-clock", "-t", str(tid), "--",
+                              "sleep", str(seconds)], capture_output=True, text=True)
+    except FileNotFoundError:
+        sys.exit("perf is not installed: apt-get install linux-perf (Debian) or linux-tools (Ubuntu)")
     m = re.search(r"^([0-9.]+),[^,]*,task-clock", out.stderr, re.M)
     if not m:
         sys.exit("perf stat gave no task-clock:\n" + out.stderr[-1000:])

@@ -103,6 +103,8 @@ def _stop_pump():
 
 
 atexit.register(_stop_pump)
+
+
 def _after_fork_in_child():
     global _emit_lock
     # The pump did not come with the fork; its thread id may come back as a thread of the

@@ -20,8 +20,8 @@ use pyo3::prelude::*;
 
 /// Records waiting for the Python side; more are counted in [`DROPPED`].
 const CAPACITY: usize = 256;
-/// Tries of the queue's lock before a record is counted as dropped.
-const PUSH_ATTEMPTS: usize = 64;
+/// How long a record tries for the queue's lock before it is counted as dropped.
+const PUSH_PATIENCE: Duration = Duration::from_millis(1);
 
 /// One record: Python level number, logger name, message.
 type Entry = (u8, String, String);
@@ -79,21 +79,8 @@ impl log::Log for Bridge {
             logger_name(record.target()),
             record.args().to_string(),
         );
-        // The lock is held only to push or take records, so a few tries nearly always get it;
-        // they stay bounded (a forked child's copy may be held by a thread it does not have).
-        let mut q = None;
-        for _ in 0..PUSH_ATTEMPTS {
-            match QUEUE.try_lock() {
-                Ok(g) => q = Some(g),
-                Err(TryLockError::Poisoned(p)) => q = Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => {
-                    std::thread::yield_now();
-                    continue;
-                }
-            }
-            break;
-        }
-        match q {
+        // The lock is held only to push or take records, so a short try nearly always gets it.
+        match lock_queue(PUSH_PATIENCE) {
             Some(mut q) if q.len() < CAPACITY => {
                 q.push_back(entry);
                 READY.notify_one();
@@ -122,7 +109,7 @@ fn take(q: &mut VecDeque<Entry>) -> Vec<Entry> {
         out.push((
             30,
             "span_profile".to_string(),
-            format!("{dropped} log record(s) of the native profiler were dropped (the queue to Python's logging was full)"),
+            format!("{dropped} log record(s) of the native profiler were dropped (the queue to Python's logging was full or busy)"),
         ));
     }
     out
@@ -133,8 +120,8 @@ fn pending(q: &VecDeque<Entry>) -> bool {
     !q.is_empty() || DROPPED.load(Ordering::Relaxed) > 0
 }
 
-/// The queue's lock, tried for up to `patience`: in a forked child the lock may be held by a
-/// thread that does not exist there, so this gives up rather than hang.
+/// The queue's lock, tried for up to `patience` (once if it is zero): in a forked child the
+/// lock may be held by a thread that does not exist there, so this gives up rather than hang.
 fn lock_queue(patience: Duration) -> Option<std::sync::MutexGuard<'static, VecDeque<Entry>>> {
     let deadline = Instant::now() + patience;
     loop {
@@ -161,19 +148,17 @@ pub(crate) fn log_ready(py: Python<'_>, timeout_s: f64) -> bool {
             if WAKE.swap(false, Ordering::Relaxed) {
                 return false;
             }
-            // try_lock, not lock: see `lock_queue`; here a held lock means polling.
-            let guard = match QUEUE.try_lock() {
-                Ok(g) => Some(g),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            };
+            // One try: a held lock means polling (see `lock_queue`).
+            let guard = lock_queue(Duration::ZERO);
             let now = Instant::now();
             match guard {
                 Some(q) => {
                     if pending(&q) {
                         return true;
                     }
-                    if now >= deadline {
+                    // Looked at again under the lock, which `log_wake` takes before it
+                    // notifies: a wake that came after the look above is not lost.
+                    if now >= deadline || WAKE.swap(false, Ordering::Relaxed) {
                         return false;
                     }
                     let (q, _) = READY
@@ -199,7 +184,9 @@ pub(crate) fn log_ready(py: Python<'_>, timeout_s: f64) -> bool {
 #[pyfunction]
 pub(crate) fn log_wake() {
     WAKE.store(true, Ordering::Relaxed);
-    let _guard = QUEUE.try_lock();
+    // Taken (briefly, and bounded for a forked child) so that a `log_ready` between its look
+    // at `WAKE` and its wait is either before the look under the lock or inside the wait.
+    let _guard = lock_queue(Duration::from_millis(50));
     READY.notify_all();
 }
 
