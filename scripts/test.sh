@@ -133,6 +133,9 @@ if [[ -z "${SKIP_OVERHEAD_SMOKE:-}" ]]; then
         "$bench_venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$bench_wheel"
         timeout 600 "$bench_venv/bin/python" benches/overhead/fixed_load.py --smoke \
             --python "$bench_venv/bin/python" --bench "$bench_dir"
+        # Side by side (--concurrent): an arm and a none run at once, paired.
+        timeout 300 "$bench_venv/bin/python" benches/overhead/fixed_load.py --smoke --concurrent \
+            --services threads --arms none span_profile-full --python "$bench_venv/bin/python" --bench "$bench_dir"
         done_stage
     fi
 fi

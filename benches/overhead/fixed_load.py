@@ -13,9 +13,10 @@ the service under the arm, sends --warmup seconds of load, then measures --durat
 load from fixed_load_client.py (another process, Poisson arrivals at the rate, latency from the
 scheduled arrival to the end of the response). Per run:
 
-  cpu_ms_per_req  the service process's utime+stime over the measured load (/proc/<pid>/stat: all
-                  its threads, so the agent's threads, the span hooks on the request threads and
-                  any interference count), plus py-spy's own for that arm, per completed request
+  cpu_ms_per_req  the service process's CPU over the measured load (utime+stime of all its
+                  threads, exited ones included, read by the service as process_time_ns at its
+                  /stats; so the agent's threads, the span hooks on the request threads and any
+                  interference count), plus py-spy's own for that arm, per completed request
   p50/p99/p999_ms latency from scheduled arrival to completion
   rss_steady_mb   median VmRSS over the second half of the measured load; rss_peak_mb: VmHWM
                   (py-spy's own VmHWM is given apart, as profiler_rss_mb)
@@ -32,11 +33,24 @@ asked for, ddtrace-100hz (the same with its adaptive sampling off and its interv
 arms that break span_profile's cost down: span_profile-hooks (its span hooks, with the sampler at
 1 Hz), span_profile-w1 (100 Hz with 1 s windows, so a 10 s run closes and exports ten) and
 span_profile-nowatch (100 Hz with SPAN_PROFILE_SCHED_WATCH=0: every thread's CPU clock read each tick,
-no scheduler pages, ADR 0033). A peer that
+no scheduler pages, ADR 0033), and three that take span_profile-hooks apart: sdk-noop (the SDK's own
+do-nothing SpanProcessor), span_profile-noagent (span_profile's SpanProcessor, no agent started) and
+span_profile-nohooks (the agent at 1 Hz without the SpanProcessor); none-twin is none under another name,
+the control of --concurrent (none beside none). A peer that
 is not installed in --python is skipped with a note. Peers upload to a local sink in this process.
 
 The table gives, per service, load and arm, the median over runs and, against the none run of the
-same round, the paired change (median [min-max] of the per-round ratios). A run whose service did
+same round, the paired change (median [min-max] of the per-round ratios).
+
+--concurrent pairs in time instead: in each round every arm runs at the same time as a none run of
+its own (the two services and their clients side by side on the machine, the same arrival
+schedule, which one starts first alternating by round), and its change is against that none run.
+What the machine's other tenants, its clock and its caches do to one run they do to the other, so
+the CPU per request resolves differences that runs in turn do not (on the 2-core benchmark VM, two
+none runs side by side agreed within ±1.3% at 30% of a core, where runs in turn spread ±5-10%).
+Latency is then measured beside a neighbour's load: its paired change still compares like with
+like, but its values are not a lone service's. Keep the load low enough that two services and two
+clients fit the machine. A run whose service did
 not keep up (responses still out --drain seconds after the last arrival) is counted in the last
 column and left out of the figures. The last column also counts a span_profile arm's runs that
 closed a window while measured (they stay in the figures): windows end on the wall clock's
@@ -58,11 +72,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ARMS = ["none", "span_profile-full", "span_profile", "py-spy", "pyroscope", "ddtrace", "ddtrace-100hz",
-        "span_profile-hooks", "span_profile-w1", "span_profile-nowatch"]
+        "span_profile-hooks", "span_profile-w1", "span_profile-nowatch", "sdk-noop", "span_profile-noagent",
+        "span_profile-nohooks", "none-twin"]
 DEFAULT_ARMS = ARMS[:6]
 #: Arms that run span_profile with the budget off, and the sample rate each asks for.
 SPAN_PROFILE_RATE = {"span_profile-full": 100, "span_profile-hooks": 1, "span_profile-w1": 100,
-                     "span_profile-nowatch": 100}
+                     "span_profile-nowatch": 100, "span_profile-nohooks": 1}
+#: Arms that are an agent of fixed_load_service.py of their own (the others run span_profile-full's
+#: agent with the environment above, or none under py-spy).
+OWN_AGENT = {"sdk-noop", "span_profile-noagent", "span_profile-nohooks"}
 
 
 def proc_cpu_s(pid):
@@ -151,7 +169,8 @@ def arm_available(args, arm):
         return None if os.access(pyspy_path(args), os.X_OK) else "no py-spy next to --python"
     mod = {"span_profile-full": "span_profile", "span_profile": "span_profile", "pyroscope": "pyroscope.otel",
            "span_profile-hooks": "span_profile", "span_profile-w1": "span_profile",
-           "span_profile-nowatch": "span_profile",
+           "span_profile-nowatch": "span_profile", "span_profile-noagent": "span_profile",
+           "span_profile-nohooks": "span_profile",
            "ddtrace": "ddtrace.opentelemetry", "ddtrace-100hz": "ddtrace.opentelemetry"}.get(arm)
     if mod is None:
         return None
@@ -162,8 +181,10 @@ def arm_available(args, arm):
 
 def service_agent(arm):
     """The --agent of fixed_load_service.py for `arm`."""
-    if arm == "py-spy":
-        return "none"  # out of process
+    if arm in ("py-spy", "none-twin"):
+        return "none"  # py-spy: out of process
+    if arm in OWN_AGENT:
+        return arm
     return "span_profile-full" if arm in SPAN_PROFILE_RATE else arm
 
 
@@ -261,7 +282,12 @@ def run_once(args, service, arm, rate, seed, sink):
     t_end = time.monotonic()
     reader.join(timeout=5)
     r = dict(load)
-    cpu = (c1 - c0) + (pc1 - pc0)
+    # The service's own count (process_time_ns, at its /stats reads) has nanoseconds where
+    # /proc's has 10 ms ticks, 0.5% of an 8 s run at 30% of a core.
+    if "cpu_ns" in s0 and "cpu_ns" in s1:
+        cpu = (s1["cpu_ns"] - s0["cpu_ns"]) / 1e9 + (pc1 - pc0)
+    else:
+        cpu = (c1 - c0) + (pc1 - pc0)
     r.update(service=service, arm=arm, cpu_s=round(cpu, 3),
              cpu_ms_per_req=round(1000 * cpu / load["completed"], 4) if load["completed"] else None,
              rss_steady_mb=round(statistics.median(rss[len(rss) // 2:]), 1) if rss else None,
@@ -286,6 +312,34 @@ def run_once(args, service, arm, rate, seed, sink):
                 except (IndexError, ValueError):
                     pass
     return r
+
+
+def rounds(args, service, arms, rate, run, sink):
+    """The runs of round `run`, as lists of (arm, result): one run at a time, each arm in turn;
+    or, with --concurrent, every arm but none beside a none run of its own, the two at once
+    (the same arrival schedule; which starts first alternates by round and arm)."""
+    seed = 100 * run + 1
+    if not args.concurrent:
+        for arm in arms:
+            yield [(arm, run_once(args, service, arm, rate, seed, sink))]
+        return
+    for k, arm in enumerate(a for a in arms if a != "none"):
+        pair = [arm, "none"] if (run + k) % 2 == 0 else ["none", arm]
+        res = [None, None]
+
+        def go(i):
+            try:
+                res[i] = run_once(args, service, pair[i], rate, seed, sink)
+            except Exception as e:  # noqa: BLE001  (reported as a failed run, as the main loop does)
+                res[i] = {"error": "%s: %s" % (type(e).__name__, e)}
+        threads = [threading.Thread(target=go, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i in (0, 1):
+            res[i].update(concurrent=True, beside=arm if pair[i] == "none" else "none")
+        yield list(zip(pair, res))
 
 
 def calibrate(args, service, sink):
@@ -334,7 +388,9 @@ def table(results, services, loads, arms):
             # A run whose service could not keep up (responses still out after the drain) says
             # nothing about CPU per request or latency: it is counted, not averaged in.
             rs = [r for r in every if not r.get("unfinished")]
-            none = {r["run"]: r for r in rs if r["arm"] == "none"}
+            # A run's none run: the same round's, or under --concurrent the one that ran beside it.
+            none = {(r["run"], r.get("beside")): r for r in rs if r["arm"] == "none"}
+            base = lambda r: none.get((r["run"], r["arm"] if r.get("concurrent") else None))  # noqa: E731
             for arm in arms:
                 a = [r for r in rs if r["arm"] == arm]
                 over = sum(1 for r in every if r["arm"] == arm and r.get("unfinished"))
@@ -343,8 +399,8 @@ def table(results, services, loads, arms):
                         lines.append("| %s | %s | %s | | every run overloaded (%d) | | | | | | | |" % (
                             svc, "%.0f%%" % (100 * load) if load < 5 else "%.0f rps" % load, arm, over))
                     continue
-                paired = lambda k: spread([r[k] / none[r["run"]][k] for r in a  # noqa: E731
-                                           if r["run"] in none and r[k] and none[r["run"]][k]])
+                paired = lambda k: spread([r[k] / base(r)[k] for r in a  # noqa: E731
+                                           if base(r) and r[k] and base(r)[k]])
                 col = lambda k: spread([r[k] for r in a])  # noqa: E731
                 rss_s, rss_p = col("rss_steady_mb"), col("rss_peak_mb")
                 prof = col("profiler_rss_mb")
@@ -379,6 +435,10 @@ def main():
     ap.add_argument("--smoke", action="store_true",
                     help="one short pass per arm at one load; checks that every arm ran and counted "
                          "every request, no timing")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="run each arm at the same time as a none run of its own and pair it with that "
+                         "run (resolves CPU per request on a noisy machine; latency is then beside a "
+                         "neighbour's load)")
     ap.add_argument("--out", help="also write every run as JSON lines to this file")
     ap.add_argument("--table-from", metavar="FILE",
                     help="print the table of the runs in FILE (an --out of an earlier run), run nothing")
@@ -417,23 +477,27 @@ def main():
         for level, rate in rates:
             levels.append(level)
             for run in range(args.runs):
-                for arm in arms:
-                    r = run_once(args, svc, arm, rate, 100 * run + 1, sink)
-                    r.update(service=svc, arm=arm, load=level, run=run)
-                    line = json.dumps(r)
-                    print(line, flush=True)
-                    if out:
-                        out.write(line + "\n")
-                        out.flush()
-                    results.append(r)
-                    if "error" in r:
-                        failures.append("%s %s: %s" % (svc, arm, r["error"]))
-                    elif r["completed"] + r["errors"] + r["unfinished"] != r["sent"] or r["errors"] or not r["cpu_s"]:
-                        failures.append("%s %s: %d sent, %d completed, %d errors, %d unfinished, %.3f s CPU" % (
-                            svc, arm, r["sent"], r["completed"], r["errors"], r["unfinished"], r["cpu_s"]))
+                for rs in rounds(args, svc, arms, rate, run, sink):
+                    for arm, r in rs:
+                        r.update(service=svc, arm=arm, load=level, run=run)
+                        line = json.dumps(r)
+                        print(line, flush=True)
+                        if out:
+                            out.write(line + "\n")
+                            out.flush()
+                        results.append(r)
+                        if "error" in r:
+                            failures.append("%s %s: %s" % (svc, arm, r["error"]))
+                        elif (r["completed"] + r["errors"] + r["unfinished"] != r["sent"] or r["errors"]
+                              or not r["cpu_s"]):
+                            failures.append("%s %s: %d sent, %d completed, %d errors, %d unfinished, %.3f s CPU" % (
+                                svc, arm, r["sent"], r["completed"], r["errors"], r["unfinished"], r["cpu_s"]))
     loads = sorted(set(levels), key=levels.index)
     print()
     print(table(results, args.services, loads, arms))
+    if args.concurrent:
+        print("\n--concurrent: each arm's change is against the none run beside it; none's row is "
+              "every such run; latency was measured beside a neighbour's load.")
     if failures:
         print("\nfailed runs:\n  " + "\n  ".join(failures), file=sys.stderr)
         sys.exit(1)

@@ -19,6 +19,14 @@ under one profiler arm (--agent), started in this process before the server:
   ddtrace-100hz      the same, the caller setting its stack sampler to a fixed 100 Hz
   (py-spy runs out of process around `--agent none`)
 
+and three that take this agent's cost apart:
+
+  sdk-noop              the SDK's own SpanProcessor base class, which does nothing: what having
+                        any span processor costs the SDK's span start and end
+  span_profile-noagent  this agent's SpanProcessor with no agent started: its hooks' calls alone
+  span_profile-nohooks  this agent started (at --rate, budget off) with no SpanProcessor: its
+                        threads and its thread hook, no span hooks
+
 `GET /stats` answers with the process's pid and, for this agent, span_profile.stats(). When the
 server listens it prints `READY <port>` on stdout.
 """
@@ -31,7 +39,8 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--service", choices=["threads", "asyncio", "fastapi"], required=True)
     ap.add_argument("--agent", default="none",
-                    choices=["none", "span_profile", "span_profile-full", "pyroscope", "ddtrace", "ddtrace-100hz"])
+                    choices=["none", "span_profile", "span_profile-full", "pyroscope", "ddtrace", "ddtrace-100hz",
+                             "sdk-noop", "span_profile-noagent", "span_profile-nohooks"])
     ap.add_argument("--bench", required=True, help="the directory of workload.py")
     ap.add_argument("--rate", type=float, default=100.0)
     ap.add_argument("--sink", default="http://127.0.0.1:4040")
@@ -48,11 +57,14 @@ if ARGS.agent.startswith("ddtrace"):
 import asyncio  # noqa: E402
 import json  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 
 from opentelemetry import trace  # noqa: E402
 
 sys.path.insert(0, ARGS.bench)
 import workload  # noqa: E402
+
+import checkout  # noqa: E402  (this directory's)
 
 STATS = None
 
@@ -64,9 +76,16 @@ def start_agent():
         return trace.get_tracer("bench")  # ddtrace's provider (DD_TRACE_OTEL_ENABLED)
     from opentelemetry.sdk.trace import TracerProvider
     provider = TracerProvider()
-    if ARGS.agent.startswith("span_profile"):
+    if ARGS.agent == "sdk-noop":
+        from opentelemetry.sdk.trace import SpanProcessor
+        provider.add_span_processor(SpanProcessor())
+    elif ARGS.agent == "span_profile-noagent":
         import span_profile
         provider.add_span_processor(span_profile.SpanProcessor())
+    elif ARGS.agent.startswith("span_profile"):
+        import span_profile
+        if ARGS.agent != "span_profile-nohooks":
+            provider.add_span_processor(span_profile.SpanProcessor())
         span_profile.start(service="bench", output=tempfile.mkdtemp(prefix="fixed-load-"),
                            sample_rate_hz=ARGS.rate)
         STATS = span_profile.stats
@@ -84,19 +103,7 @@ class Checkout(workload.Checkout):
     is about 1 ms."""
 
     def handle(self, i):
-        with self.t.start_as_current_span("request", kind=trace.SpanKind.SERVER,
-                                          attributes={"http.route": "/checkout/" + "ab"[i % 2]}):
-            with self.t.start_as_current_span("auth.check"):
-                workload.auth_check(i)
-            with self.t.start_as_current_span("pricing.calculate"):
-                with self.t.start_as_current_span("parse_dates"):
-                    ts = workload.parse_dates(150 * ARGS.work, i)
-                with self.t.start_as_current_span("apply_discount"):
-                    total = workload.apply_discount(i, 40)
-                with self.t.start_as_current_span("decimal.quantize"):
-                    price = total.quantize(workload.CENT, rounding=workload.ROUND_HALF_UP)
-            with self.t.start_as_current_span("render.json"):
-                return workload.render(i, price, ts)
+        return checkout.handle(self.t, workload, i, ARGS.work)
 
     async def handle_async(self, i):
         with self.t.start_as_current_span("request", kind=trace.SpanKind.SERVER,
@@ -128,7 +135,9 @@ for _i in range(50):  # warm-up, as workload.py does
 
 
 def stats_body():
-    d = {"pid": os.getpid()}
+    # The process's CPU (all its threads, exited ones included) to the nanosecond: the same sum
+    # as /proc/<pid>/stat's utime + stime, which counts in 10 ms clock ticks.
+    d = {"pid": os.getpid(), "cpu_ns": time.process_time_ns()}
     if STATS is not None:
         s = STATS() or {}
         d["agent"] = {k: v for k, v in s.items() if isinstance(v, (int, float))}

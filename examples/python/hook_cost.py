@@ -22,7 +22,9 @@ Many short rounds; prints the minimum and median CPU time per span of the callin
 each arm, and the difference. On a busy machine trust the minima: noise only adds time.
 """
 import argparse
+import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -37,7 +39,7 @@ def per_span_ns(tracer, n, shape="span"):
     """CPU time of this thread per span: on a shared machine, wall time mostly measures the
     neighbours. `shape` "span": root spans with no attributes; "request": requests of
     ../shared/bench/workload.py's shape (a SERVER root with `http.route` and six children),
-    the time divided by their 7 spans."""
+    the time divided by their 7 spans; "workload": those requests doing the workload's work."""
     t0 = time.thread_time_ns()
     if shape == "span":
         for _ in range(n):
@@ -46,6 +48,8 @@ def per_span_ns(tracer, n, shape="span"):
         return (time.thread_time_ns() - t0) / n
     server, start = SpanKind.SERVER, tracer.start_as_current_span
     requests = max(1, n // 7)
+    if shape == "workload":
+        return _workload_requests(tracer, requests) / (7 * requests)
     for i in range(requests):
         with start("request", kind=server, attributes={"http.route": "/checkout/a" if i % 2 else "/checkout/b"}):
             with start("auth.check"):
@@ -60,6 +64,22 @@ def per_span_ns(tracer, n, shape="span"):
             with start("render.json"):
                 pass
     return (time.thread_time_ns() - t0) / (7 * requests)
+
+
+WORKLOAD = None  # ../shared/bench/workload.py, for --shape workload
+# benches/overhead/checkout.py: the request fixed_load_service.py serves.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benches", "overhead"))
+import checkout  # noqa: E402
+
+
+def _workload_requests(tracer, requests):
+    """CPU time of this thread for `requests` requests of the bench's checkout with its work
+    between the spans, as fixed_load_service.py serves them: the hooks then run with the
+    caches the request's own work left, not in a hot loop."""
+    t0 = time.thread_time_ns()
+    for i in range(requests):
+        checkout.handle(tracer, WORKLOAD, i)
+    return time.thread_time_ns() - t0
 
 
 class NoOp(SpanProcessor):
@@ -88,11 +108,21 @@ def main():
     ap.add_argument("--spans", type=int, default=2000, help="spans per round")
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--rate", type=int, default=100)
-    ap.add_argument("--shape", choices=("span", "request"), default="span",
-                    help="root spans alone, or requests of the bench workload's shape")
+    ap.add_argument("--shape", choices=("span", "request", "workload"), default="span",
+                    help="root spans alone, requests of the bench workload's shape, or those requests "
+                         "with the workload's own work between the spans (needs --bench)")
+    ap.add_argument("--bench", help="the directory of workload.py, for --shape workload (../shared/bench)")
     ap.add_argument("--arm", choices=("ours", "idle", "noop", "pyroscope-otel"), default="ours",
                     help="what arm B runs (see above)")
     args = ap.parse_args()
+    if args.shape == "workload":
+        global WORKLOAD
+        if not args.bench:
+            ap.error("--shape workload needs --bench, the directory of workload.py (../shared/bench)")
+        sys.path.insert(0, os.path.abspath(args.bench))
+        import workload
+
+        WORKLOAD = workload
 
     bare = TracerProvider().get_tracer("bare")
     ours_provider = TracerProvider()
