@@ -46,8 +46,9 @@ same round, the paired change (median [min-max] of the per-round ratios).
 its own (the two services and their clients side by side on the machine, the same arrival
 schedule, which one starts first alternating by round), and its change is against that none run.
 What the machine's other tenants, its clock and its caches do to one run they do to the other, so
-the CPU per request resolves differences that runs in turn do not (on the 2-core benchmark VM, two
-none runs side by side agreed within ±1.3% at 30% of a core, where runs in turn spread ±5-10%).
+the CPU per request resolves differences that runs in turn do not (on the 2-core benchmark VM, none
+beside none, --arms none none-twin, read -0.6% to +1.2% over 8 rounds at 30% of a core, where runs in
+turn spread ±5-10%).
 Latency is then measured beside a neighbour's load: its paired change still compares like with
 like, but its values are not a lone service's. Keep the load low enough that two services and two
 clients fit the machine. A run whose service did
