@@ -48,6 +48,16 @@ def agent(output):
     a.stop()
 
 
+def clear_of_window_edge(window_s, seconds):
+    """Returns once the next wall-clock boundary of `window_s`-second windows is more than
+    `seconds` away, sleeping past it if it is nearer. Windows are aligned to the wall clock
+    (10:40:00, 10:50:00 for 600 s), so a run that straddles a boundary is rightly two windows: a
+    test that counts windows must not straddle one."""
+    to_edge = window_s - time.time() % window_s
+    if to_edge <= seconds:
+        time.sleep(to_edge + 0.05)
+
+
 def busy(seconds):
     """Burns CPU in the caller's frame for `seconds` (call it from a uniquely named function)."""
     end = time.perf_counter() + seconds

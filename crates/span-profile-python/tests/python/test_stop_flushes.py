@@ -2,8 +2,11 @@
 window much longer than the run."""
 import span_profile
 
-from conftest import RATE_HZ, busy
+from conftest import RATE_HZ, busy, clear_of_window_edge
 from pprof_reader import files, samples_in
+
+
+WINDOW_S = 600
 
 
 def work_before_stop():
@@ -11,7 +14,8 @@ def work_before_stop():
 
 
 def test_stop_writes_the_partial_window(output):
-    agent = span_profile.start(service="tests", output=output, sample_rate_hz=RATE_HZ, window_s=600)
+    clear_of_window_edge(WINDOW_S, 5)
+    agent = span_profile.start(service="tests", output=output, sample_rate_hz=RATE_HZ, window_s=WINDOW_S)
     work_before_stop()
     assert files(output) == []
     agent.stop()
@@ -22,13 +26,15 @@ def test_stop_writes_the_partial_window(output):
 
 
 def test_agent_as_context_manager_stops(output):
-    with span_profile.start(service="tests", output=output, sample_rate_hz=RATE_HZ, window_s=600) as agent:
+    clear_of_window_edge(WINDOW_S, 5)
+    with span_profile.start(service="tests", output=output, sample_rate_hz=RATE_HZ, window_s=WINDOW_S) as agent:
         work_before_stop()
     assert not agent.running
     assert len(files(output)) == 1
 
 
 def test_start_after_stop_works(output):
-    span_profile.start(output=output, window_s=600).stop()
-    span_profile.start(output=output, window_s=600).stop()
+    clear_of_window_edge(WINDOW_S, 5)
+    span_profile.start(output=output, window_s=WINDOW_S).stop()
+    span_profile.start(output=output, window_s=WINDOW_S).stop()
     assert len(files(output)) == 2
