@@ -58,6 +58,8 @@ pub(super) struct FixedArmSummary {
     pub(super) sent: u64,
     pub(super) completed: u64,
     pub(super) errors: u64,
+    /// Requests sent again on a new connection: the service had closed the kept-alive one.
+    pub(super) retried: u64,
     pub(super) cpu_ms_per_req: Option<Spread>,
     /// Per round, this arm's CPU per request over the none run's: median [min–max].
     pub(super) cpu_vs_none: Option<Spread>,
@@ -320,6 +322,7 @@ pub(super) fn summarize(arms: &[Arm], runs: &[FixedRun]) -> Vec<FixedArmSummary>
                 sent: mine.iter().map(|r| r.load.sent).sum(),
                 completed: mine.iter().map(|r| r.load.completed).sum(),
                 errors: mine.iter().map(|r| r.load.errors).sum(),
+                retried: mine.iter().map(|r| r.load.retried).sum(),
                 cpu_ms_per_req: col(&|r| r.cpu_ms_per_req),
                 cpu_vs_none: paired(&|r| r.cpu_ms_per_req),
                 p50_ms: col(&|r| r.load.p50_ms),
@@ -406,6 +409,13 @@ pub(super) fn render(r: &FixedReport) -> String {
         let _ = writeln!(
             s,
             "{errors} requests got no 2xx response: check the URL, or lower --rate-rps if the service is overloaded"
+        );
+    }
+    let retried: u64 = r.arms.iter().map(|a| a.retried).sum();
+    if retried > 0 {
+        let _ = writeln!(
+            s,
+            "{retried} requests were sent again on a new connection: the service closed kept-alive connections under them (counted once each)"
         );
     }
     s

@@ -10,6 +10,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -72,6 +73,9 @@ pub(crate) struct LoadResult {
     pub(crate) completed: u64,
     /// Arrivals that got no 2xx response (refused, reset, timed out, other status).
     pub(crate) errors: u64,
+    /// Arrivals sent again on a new connection because the service had closed the kept-alive
+    /// one they first went out on (each counts once in `completed` or `errors`).
+    pub(crate) retried: u64,
     /// Wall time from the first arrival to the last response, in seconds.
     pub(crate) seconds: f64,
     /// Latency percentiles of the completed requests, in ms, from scheduled arrival.
@@ -112,21 +116,49 @@ impl Rng {
 struct Conn {
     authority: String,
     stream: Option<BufReader<TcpStream>>,
+    /// Requests sent again on a new connection because the service had closed the kept-alive
+    /// one (see [`Conn::request`]).
+    retried: u64,
 }
 
 impl Conn {
+    fn new(authority: String) -> Self {
+        Self {
+            authority,
+            stream: None,
+            retried: 0,
+        }
+    }
+
+    /// Sends request `i` and reads its response: whether it was a 2xx. A kept-alive connection
+    /// the service closed while it sat idle (uvicorn closes one after 5 s) fails before any
+    /// byte of the response; the request is then sent again, once, on a new connection (RFC
+    /// 9112 9.3.1 lets a client retry an idempotent request so), and its latency still runs from
+    /// its scheduled arrival. A new connection that fails is an error.
     fn request(&mut self, path: &str, i: u64) -> std::io::Result<bool> {
+        let reused = self.stream.is_some();
+        let r = match self.connect().and_then(|()| self.exchange(path, i)) {
+            Err(e) if reused && closed_before_answer(&e) => {
+                self.stream = None;
+                self.retried += 1;
+                self.connect().and_then(|()| self.exchange(path, i))
+            }
+            r => r,
+        };
+        if !matches!(r, Ok(true)) {
+            self.stream = None;
+        }
+        r
+    }
+
+    fn connect(&mut self) -> std::io::Result<()> {
         if self.stream.is_none() {
             let s = TcpStream::connect(&self.authority)?;
             s.set_read_timeout(Some(Duration::from_secs(30)))?;
             s.set_nodelay(true)?;
             self.stream = Some(BufReader::new(s));
         }
-        let r = self.exchange(path, i);
-        if !matches!(r, Ok(true)) {
-            self.stream = None;
-        }
-        r
+        Ok(())
     }
 
     fn exchange(&mut self, path: &str, i: u64) -> std::io::Result<bool> {
@@ -141,7 +173,10 @@ impl Conn {
         s.get_mut().write_all(req.as_bytes())?;
         let mut line = String::new();
         if s.read_line(&mut line)? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                CLOSED_BEFORE_ANSWER,
+            ));
         }
         let ok = line
             .split_whitespace()
@@ -193,6 +228,16 @@ impl Conn {
     }
 }
 
+/// The service closed the connection before the first byte of its response.
+const CLOSED_BEFORE_ANSWER: &str = "the service closed the connection before answering";
+
+/// Whether `e` says the request never got an answer because the connection was closed under
+/// it: the write failed, or the response's first read found the end or a reset.
+fn closed_before_answer(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    matches!(e.kind(), BrokenPipe | ConnectionReset | ConnectionAborted)
+}
+
 /// Runs `duration` of open-loop load at `rate` arrivals a second on `connections` workers, the
 /// requests numbered from `first` (sent as `i=N`). Waits at most `drain` after the last arrival
 /// for the responses still out; those count as errors.
@@ -208,14 +253,13 @@ pub(crate) fn run(
     let (tx, rx) = mpsc::channel::<(u64, Instant)>();
     let rx = Arc::new(Mutex::new(rx));
     let (done_tx, done_rx) = mpsc::channel::<Option<f64>>();
+    let retried = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..connections.max(1) {
         let rx = Arc::clone(&rx);
         let done = done_tx.clone();
-        let mut conn = Conn {
-            authority: target.authority.clone(),
-            stream: None,
-        };
+        let mut conn = Conn::new(target.authority.clone());
+        let retried = Arc::clone(&retried);
         let path = target.path.clone();
         let spawned = std::thread::Builder::new()
             .name("overhead-load".into())
@@ -225,7 +269,10 @@ pub(crate) fn run(
                     Ok(guard) => guard.recv(),
                     Err(p) => p.into_inner().recv(),
                 };
-                let Ok((i, due)) = next else { break };
+                let Ok((i, due)) = next else {
+                    retried.fetch_add(conn.retried, Ordering::Relaxed);
+                    break;
+                };
                 let ok = matches!(conn.request(&path, i), Ok(true));
                 let _ = done.send(ok.then(|| due.elapsed().as_secs_f64() * 1000.0));
             });
@@ -275,6 +322,8 @@ pub(crate) fn run(
         completed: lat.len() as u64,
         // Arrivals no worker took (every worker failed to start) count as errors too.
         errors: errors + sent.saturating_sub(answered),
+        // The workers have been joined: each added its count as it exited.
+        retried: retried.load(Ordering::Relaxed),
         seconds,
         p50_ms: quantile(&lat, 0.5),
         p99_ms: quantile(&lat, 0.99),
@@ -299,6 +348,80 @@ mod tests {
         );
         assert!(Target::parse("https://x").is_err());
         assert!(Target::parse("http:///x").is_err());
+    }
+
+    /// A service that answers `answers` requests on each connection, each with a keep-alive
+    /// response (no `Connection: close`), then closes the connection as an idle timeout would.
+    /// Returns its address and how many connections it accepted.
+    fn closing_service(answers: usize) -> (String, Arc<AtomicU64>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let count = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                count.fetch_add(1, Ordering::Relaxed);
+                let mut r = BufReader::new(stream);
+                for _ in 0..answers {
+                    let mut line = String::new();
+                    // The request's head, to its blank line.
+                    while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                        line.clear();
+                    }
+                    let _ = r
+                        .get_mut()
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                }
+                // Dropped: closed, with nothing said.
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[test]
+    fn a_kept_alive_connection_the_service_closed_is_retried_once_on_a_new_one() {
+        let (addr, accepted) = closing_service(1);
+        let mut conn = Conn::new(addr);
+        assert!(conn.request("/", 0).unwrap());
+        // Let the service's close arrive, as after an idle timeout.
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            conn.request("/", 1).unwrap(),
+            "the second request is answered"
+        );
+        assert_eq!(conn.retried, 1);
+        assert_eq!(accepted.load(Ordering::Relaxed), 2);
+        assert!(conn.request("/", 2).unwrap());
+        assert_eq!((conn.retried, accepted.load(Ordering::Relaxed)), (2, 3));
+    }
+
+    #[test]
+    fn a_new_connection_closed_before_answering_is_an_error_not_retried() {
+        let (addr, accepted) = closing_service(0);
+        let mut conn = Conn::new(addr);
+        let e = conn.request("/", 0).unwrap_err();
+        assert!(closed_before_answer(&e), "{e}");
+        assert_eq!((conn.retried, accepted.load(Ordering::Relaxed)), (0, 1));
+    }
+
+    #[test]
+    fn the_load_counts_retried_requests_once_each() {
+        let (addr, _) = closing_service(2);
+        let target = Target::parse(&format!("http://{addr}/")).unwrap();
+        let r = run(
+            &target,
+            200.0,
+            Duration::from_millis(300),
+            Arrivals::Fixed,
+            1,
+            0,
+            1,
+        );
+        assert_eq!(r.errors, 0, "{r:?}");
+        assert_eq!(r.completed, r.sent);
+        // One connection in two is closed by the service under a request sent on it.
+        assert!(r.retried >= r.sent / 2 - 1, "{r:?}");
     }
 
     #[test]
