@@ -166,6 +166,11 @@ def serve_threads():
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY on each connection, as production servers set it. The headers and the body
+        # go out in two writes; with Nagle's algorithm on, the body waited for the ACK of the
+        # headers, which the client delays by 40 ms: every request on a kept-alive connection
+        # took 40 ms more (a p50 of 45 ms for 3 ms of work, in every arm).
+        disable_nagle_algorithm = True
 
         def do_GET(self):
             if self.path == "/stats":
@@ -247,7 +252,11 @@ def serve_fastapi():
     def stats():
         return Response(content=stats_body(), media_type="application/json")
 
-    sock = socket.socket()
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on connections of a socket whose proto
+    # is TCP, and `socket.socket()` leaves it 0. Without it the body of each response waited
+    # 40 ms for the client's delayed ACK of its headers (Nagle's algorithm), as for the threads
+    # server. uvicorn's own --host/--port binding gets TCP_NODELAY.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, log_level="warning", access_log=False, backlog=1024)
