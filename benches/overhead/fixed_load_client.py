@@ -58,15 +58,19 @@ async def run(args):
         status = await r.readline()
         if not status:
             return status, b""
-        length = 0
-        while True:
-            h = await r.readline()
-            if h in (b"\r\n", b"\n", b""):
-                break
-            k, _, v = h.partition(b":")
-            if k.strip().lower() == b"content-length":
-                length = int(v)
-        return status, await r.readexactly(length)
+        try:
+            length = 0
+            while True:
+                h = await r.readline()
+                if h in (b"\r\n", b"\n", b""):
+                    break
+                k, _, v = h.partition(b":")
+                if k.strip().lower() == b"content-length":
+                    length = int(v)
+            return status, await r.readexactly(length)
+        except (ConnectionResetError, BrokenPipeError) as e:
+            # The response had begun: an error, not the closed idle connection retried below.
+            raise ValueError("the response broke off: %r" % e) from e
 
     async def one(i, due):
         try:

@@ -182,50 +182,68 @@ impl Conn {
             .split_whitespace()
             .nth(1)
             .is_some_and(|c| c.starts_with('2'));
-        let mut length = None;
-        let mut chunked = false;
-        let mut close = false;
-        loop {
-            line.clear();
-            if s.read_line(&mut line)? == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            let h = line.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_ascii_lowercase());
-                match k.as_str() {
-                    "content-length" => length = v.parse::<u64>().ok(),
-                    "transfer-encoding" => chunked = v.contains("chunked"),
-                    "connection" => close = v == "close",
-                    _ => {}
-                }
-            }
-        }
-        if chunked {
-            loop {
-                line.clear();
-                s.read_line(&mut line)?;
-                let n = u64::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
-                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
-                std::io::copy(&mut s.by_ref().take(n + 2), &mut std::io::sink())?;
-                if n == 0 {
-                    break;
-                }
-            }
-        } else if let Some(n) = length {
-            std::io::copy(&mut s.by_ref().take(n), &mut std::io::sink())?;
-        } else {
-            std::io::copy(s, &mut std::io::sink())?;
-            close = true;
-        }
+        // Once the response has begun, a broken connection is not the idle close that
+        // `request` retries: its error is passed on as one of another kind.
+        let close = read_rest(s, line)
+            .map_err(|e| std::io::Error::other(format!("the response broke off: {e}")))?;
         if close {
             self.stream = None;
         }
         Ok(ok)
     }
+}
+
+/// Reads a response's headers and body after its status line (`line`, reused as a buffer);
+/// returns whether the connection closes after it.
+fn read_rest(s: &mut BufReader<TcpStream>, mut line: String) -> std::io::Result<bool> {
+    let mut length = None;
+    let mut chunked = false;
+    let mut close = false;
+    loop {
+        line.clear();
+        if s.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let h = line.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_ascii_lowercase());
+            match k.as_str() {
+                "content-length" => length = v.parse::<u64>().ok(),
+                "transfer-encoding" => chunked = v.contains("chunked"),
+                "connection" => close = v == "close",
+                _ => {}
+            }
+        }
+    }
+    if chunked {
+        loop {
+            line.clear();
+            s.read_line(&mut line)?;
+            let n = u64::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
+            skip(s, n + 2)?;
+            if n == 0 {
+                break;
+            }
+        }
+    } else if let Some(n) = length {
+        skip(s, n)?;
+    } else {
+        std::io::copy(s, &mut std::io::sink())?;
+        close = true;
+    }
+    Ok(close)
+}
+
+/// Reads and drops `n` bytes of the response; a body cut short is an error, not a response.
+fn skip(s: &mut BufReader<TcpStream>, n: u64) -> std::io::Result<()> {
+    if std::io::copy(&mut s.by_ref().take(n), &mut std::io::sink())? < n {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(())
 }
 
 /// The service closed the connection before the first byte of its response.
@@ -350,6 +368,19 @@ mod tests {
         assert!(Target::parse("http:///x").is_err());
     }
 
+    /// Reads one request's head, to its blank line, and answers it with `body` under a
+    /// `Content-Length` of 2, kept alive (no `Connection: close`).
+    fn answer(r: &mut BufReader<std::net::TcpStream>, body: &[u8]) {
+        let mut line = String::new();
+        while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+            line.clear();
+        }
+        let _ = r
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n");
+        let _ = r.get_mut().write_all(body);
+    }
+
     /// A service that answers `answers` requests on each connection, each with a keep-alive
     /// response (no `Connection: close`), then closes the connection as an idle timeout would.
     /// Returns its address and how many connections it accepted.
@@ -364,14 +395,7 @@ mod tests {
                 count.fetch_add(1, Ordering::Relaxed);
                 let mut r = BufReader::new(stream);
                 for _ in 0..answers {
-                    let mut line = String::new();
-                    // The request's head, to its blank line.
-                    while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                        line.clear();
-                    }
-                    let _ = r
-                        .get_mut()
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                    answer(&mut r, b"ok");
                 }
                 // Dropped: closed, with nothing said.
             }
@@ -403,6 +427,26 @@ mod tests {
         let e = conn.request("/", 0).unwrap_err();
         assert!(closed_before_answer(&e), "{e}");
         assert_eq!((conn.retried, accepted.load(Ordering::Relaxed)), (0, 1));
+    }
+
+    #[test]
+    fn a_response_cut_short_is_an_error_and_not_sent_again() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let Ok((stream, _)) = listener.accept() else {
+                return;
+            };
+            let mut r = BufReader::new(stream);
+            // Two bytes announced; the second response sends one and closes.
+            answer(&mut r, b"ok");
+            answer(&mut r, b"o");
+        });
+        let mut conn = Conn::new(addr);
+        assert!(conn.request("/", 0).unwrap());
+        let e = conn.request("/", 1).unwrap_err();
+        assert!(!closed_before_answer(&e), "{e}");
+        assert_eq!(conn.retried, 0);
     }
 
     #[test]
