@@ -136,6 +136,10 @@ if [[ -z "${SKIP_OVERHEAD_SMOKE:-}" ]]; then
         # Side by side (--concurrent): an arm and a none run at once, paired.
         timeout 300 "$bench_venv/bin/python" benches/overhead/fixed_load.py --smoke --concurrent \
             --services threads --arms none span_profile-full --python "$bench_venv/bin/python" --bench "$bench_dir"
+        # Two builds side by side (--against; here the same build twice): the second beside the first.
+        timeout 300 "$bench_venv/bin/python" benches/overhead/fixed_load.py --smoke --concurrent \
+            --services threads --arms span_profile-full --python "$bench_venv/bin/python" \
+            --against "$bench_venv/bin/python" --bench "$bench_dir"
         done_stage
     fi
 fi

@@ -42,6 +42,13 @@ is not installed in --python is skipped with a note. Peers upload to a local sin
 The table gives, per service, load and arm, the median over runs and, against the none run of the
 same round, the paired change (median [min-max] of the per-round ratios).
 
+--against B/bin/python compares two builds of span_profile (or of a peer): every arm but none also
+runs with that interpreter, named ARM@b, and its change is against the same arm of --python, of the
+same round or, with --concurrent, run beside it (the two builds side by side; none is not run then):
+
+    python benches/overhead/fixed_load.py --concurrent --python A/bin/python --against B/bin/python \
+        --bench ../shared/bench --services threads --loads 0.3 --arms span_profile-full --runs 8
+
 --concurrent pairs in time instead: in each round every arm runs at the same time as a none run of
 its own (the two services and their clients side by side on the machine, the same arrival
 schedule, which one starts first alternating by round), and its change is against that none run.
@@ -164,10 +171,29 @@ def start_sink():
     return "http://127.0.0.1:%d" % srv.server_address[1]
 
 
+#: The suffix of an arm run with the interpreter of --against (another build of span_profile).
+AGAINST = "@b"
+
+
+def build_of(args, arm):
+    """(the arm as fixed_load_service.py knows it, the interpreter it runs with): an arm named
+    with the suffix AGAINST runs with --against, every other with --python."""
+    if arm.endswith(AGAINST):
+        return arm[:-len(AGAINST)], args.against
+    return arm, args.python
+
+
+def base_arm(arm):
+    """The arm that `arm` is compared with: an arm of the second build (--against) with the same
+    arm of the first; any other with none."""
+    return arm[:-len(AGAINST)] if arm.endswith(AGAINST) else "none"
+
+
 def arm_available(args, arm):
-    """None when the arm can run with --python, else why not."""
+    """None when the arm can run with its interpreter (--python, or --against), else why not."""
+    arm, python = build_of(args, arm)
     if arm == "py-spy":
-        return None if os.access(pyspy_path(args), os.X_OK) else "no py-spy next to --python"
+        return None if os.access(pyspy_path(python), os.X_OK) else "no py-spy next to " + python
     mod = {"span_profile-full": "span_profile", "span_profile": "span_profile", "pyroscope": "pyroscope.otel",
            "span_profile-hooks": "span_profile", "span_profile-w1": "span_profile",
            "span_profile-nowatch": "span_profile", "span_profile-noagent": "span_profile",
@@ -175,9 +201,9 @@ def arm_available(args, arm):
            "ddtrace": "ddtrace.opentelemetry", "ddtrace-100hz": "ddtrace.opentelemetry"}.get(arm)
     if mod is None:
         return None
-    rc = subprocess.run([args.python, "-c", "import " + mod], stdout=subprocess.DEVNULL,
+    rc = subprocess.run([python, "-c", "import " + mod], stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL).returncode
-    return None if rc == 0 else "%s does not import in %s" % (mod, args.python)
+    return None if rc == 0 else "%s does not import in %s" % (mod, python)
 
 
 def service_agent(arm):
@@ -189,8 +215,8 @@ def service_agent(arm):
     return "span_profile-full" if arm in SPAN_PROFILE_RATE else arm
 
 
-def pyspy_path(args):
-    return os.path.join(os.path.dirname(args.python), "py-spy")
+def pyspy_path(python):
+    return os.path.join(os.path.dirname(python), "py-spy")
 
 
 def get_json(port, path):
@@ -206,9 +232,11 @@ def client(args, port, rate, duration, first, seed):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run_once(args, service, arm, rate, seed, sink):
-    """One run of one arm: starts the service, loads it, measures, stops it."""
-    cmd = [args.python, os.path.join(HERE, "fixed_load_service.py"), "--service", service,
+def run_once(args, service, name, rate, seed, sink):
+    """One run of one arm (`name`, with AGAINST's suffix for the second build): starts the
+    service, loads it, measures, stops it."""
+    arm, python = build_of(args, name)
+    cmd = [python, os.path.join(HERE, "fixed_load_service.py"), "--service", service,
            "--agent", service_agent(arm), "--bench", args.bench, "--rate", str(SPAN_PROFILE_RATE.get(arm, 100)),
            "--sink", sink, "--work", str(args.work), "--idle-threads", str(args.idle_threads)]
     env = dict(os.environ)
@@ -228,7 +256,7 @@ def run_once(args, service, arm, rate, seed, sink):
         env.update(_DD_PROFILING_STACK_ADAPTIVE_SAMPLING_ENABLED="false",
                    _DD_PROFILING_STACK_ADAPTIVE_SAMPLING_MAX_INTERVAL_US="10000")
     if arm == "py-spy":
-        cmd = [pyspy_path(args), "record", "-r", "100", "--nonblocking", "-o", os.devnull, "--format", "raw",
+        cmd = [pyspy_path(python), "record", "-r", "100", "--nonblocking", "-o", os.devnull, "--format", "raw",
                "--"] + cmd
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
     err_lines = []
@@ -289,7 +317,7 @@ def run_once(args, service, arm, rate, seed, sink):
         cpu = (s1["cpu_ns"] - s0["cpu_ns"]) / 1e9 + (pc1 - pc0)
     else:
         cpu = (c1 - c0) + (pc1 - pc0)
-    r.update(service=service, arm=arm, cpu_s=round(cpu, 3),
+    r.update(service=service, arm=name, python=python, cpu_s=round(cpu, 3),
              cpu_ms_per_req=round(1000 * cpu / load["completed"], 4) if load["completed"] else None,
              rss_steady_mb=round(statistics.median(rss[len(rss) // 2:]), 1) if rss else None,
              rss_peak_mb=peak and round(peak, 1), profiler_rss_mb=prof_rss and round(prof_rss, 1),
@@ -324,8 +352,11 @@ def rounds(args, service, arms, rate, run, sink):
         for arm in arms:
             yield [(arm, run_once(args, service, arm, rate, seed, sink))]
         return
-    for k, arm in enumerate(a for a in arms if a != "none"):
-        pair = [arm, "none"] if (run + k) % 2 == 0 else ["none", arm]
+    # Under --against the second build's arms run beside the first's, else every arm beside none.
+    compared = [a for a in arms if a.endswith(AGAINST)] if args.against else [a for a in arms if a != "none"]
+    for k, arm in enumerate(compared):
+        base = base_arm(arm)
+        pair = [arm, base] if (run + k) % 2 == 0 else [base, arm]
         res = [None, None]
 
         def go(i):
@@ -339,7 +370,7 @@ def rounds(args, service, arms, rate, run, sink):
         for t in threads:
             t.join()
         for i in (0, 1):
-            res[i].update(concurrent=True, beside=arm if pair[i] == "none" else "none")
+            res[i].update(concurrent=True, beside=pair[1 - i])
         yield list(zip(pair, res))
 
 
@@ -380,7 +411,8 @@ def closes(runs):
 
 
 def table(results, services, loads, arms):
-    lines = ["| service | load | arm | rps | CPU ms/req | vs none | p50 ms | p99 ms | p99 vs none | p99.9 ms | "
+    vs = "vs none" if not any(a.endswith(AGAINST) for a in arms) else "vs none (an %s arm: vs the first build)" % AGAINST
+    lines = ["| service | load | arm | rps | CPU ms/req | " + vs + " | p50 ms | p99 ms | p99 " + vs + " | p99.9 ms | "
              "RSS steady / peak MB | sample Hz | runs (overloaded) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for svc in services:
@@ -389,9 +421,10 @@ def table(results, services, loads, arms):
             # A run whose service could not keep up (responses still out after the drain) says
             # nothing about CPU per request or latency: it is counted, not averaged in.
             rs = [r for r in every if not r.get("unfinished")]
-            # A run's none run: the same round's, or under --concurrent the one that ran beside it.
-            none = {(r["run"], r.get("beside")): r for r in rs if r["arm"] == "none"}
-            base = lambda r: none.get((r["run"], r["arm"] if r.get("concurrent") else None))  # noqa: E731
+            # A run's base run (none's, or under --against the first build's of the same arm): the
+            # same round's, or under --concurrent the one that ran beside it.
+            by = {(r["run"], r["arm"], r.get("beside")): r for r in rs}
+            base = lambda r: by.get((r["run"], base_arm(r["arm"]), r["arm"] if r.get("concurrent") else None))  # noqa: E731
             for arm in arms:
                 a = [r for r in rs if r["arm"] == arm]
                 over = sum(1 for r in every if r["arm"] == arm and r.get("unfinished"))
@@ -440,6 +473,10 @@ def main():
                     help="run each arm at the same time as a none run of its own and pair it with that "
                          "run (resolves CPU per request on a noisy machine; latency is then beside a "
                          "neighbour's load)")
+    ap.add_argument("--against", metavar="PYTHON",
+                    help="a second interpreter, with another build of span_profile: every arm but none "
+                         "also runs with it (named ARM%s) and is compared with the same arm of --python "
+                         "(with --concurrent, beside it: the two builds side by side)" % AGAINST)
     ap.add_argument("--out", help="also write every run as JSON lines to this file")
     ap.add_argument("--table-from", metavar="FILE",
                     help="print the table of the runs in FILE (an --out of an earlier run), run nothing")
@@ -448,21 +485,27 @@ def main():
         with open(args.table_from) as f:
             rs = [json.loads(line) for line in f if line.strip()]
         seen = lambda k: sorted({r[k] for r in rs if k in r}, key=[r.get(k) for r in rs].index)  # noqa: E731
-        print(table(rs, seen("service"), seen("load"), [a for a in ARMS if a in seen("arm")]))
+        order = [v for a in ARMS for v in (a, a + AGAINST)]
+        print(table(rs, seen("service"), seen("load"), [a for a in order if a in seen("arm")]))
         return
     args.bench = os.path.abspath(args.bench)
     if args.smoke:
         args.runs, args.duration, args.warmup = 1, 1.0, 0.3
         if not args.rps:
             args.rps = [40.0]
+    if args.against:
+        args.against = os.path.abspath(args.against)
     arms = []
     for arm in args.arms:
-        why = arm_available(args, arm)
-        if why:
-            print("note: skipping arm %s: %s" % (arm, why), file=sys.stderr)
-        else:
-            arms.append(arm)
-    if "none" not in arms:
+        for name in (arm, arm + AGAINST) if args.against and arm != "none" else (arm,):
+            why = arm_available(args, name)
+            if why:
+                print("note: skipping arm %s: %s" % (name, why), file=sys.stderr)
+            else:
+                arms.append(name)
+    # Side by side under --against the second build's arms run beside the first's: none is not
+    # needed (in turn it still runs, each round's none the first build's base).
+    if "none" not in arms and not (args.against and args.concurrent):
         arms.insert(0, "none")
     sink = start_sink()
     out = open(args.out, "a") if args.out else None
@@ -496,7 +539,10 @@ def main():
     loads = sorted(set(levels), key=levels.index)
     print()
     print(table(results, args.services, loads, arms))
-    if args.concurrent:
+    if args.concurrent and args.against:
+        print("\n--concurrent --against: each %s arm's change is against the same arm of --python run "
+              "beside it; latency was measured beside a neighbour's load." % AGAINST)
+    elif args.concurrent:
         print("\n--concurrent: each arm's change is against the none run beside it; none's row is "
               "every such run; latency was measured beside a neighbour's load.")
     if failures:
