@@ -63,7 +63,10 @@ not keep up (responses still out --drain seconds after the last arrival) is coun
 column and left out of the figures. The last column also counts a span_profile arm's runs that
 closed a window while measured (they stay in the figures): windows end on the wall clock's
 multiples of their length (60 s by default), so a run of a few seconds pays for a close and an
-export only when it straddles one, and only such runs' CPU includes them.
+export only when it straddles one, and only such runs' CPU includes them. It counts, too, the runs
+in which the service's cyclic garbage collector made a full collection (tens of ms without an
+answer, so in that run's p99.9, whatever the arm); the service makes the first one, over what its
+imports made, before it listens.
 """
 import argparse
 import json
@@ -327,6 +330,10 @@ def run_once(args, service, name, rate, seed, sink):
     if load["completed"]:
         for role in ("sampler", "export"):
             r[role + "_us_per_req"] = round(1e6 * (a1[role] - a0[role]) / load["completed"], 2)
+    if "gc_full" in s0 and "gc_full" in s1:
+        # A full collection of the cyclic collector while measured: tens of ms in which the
+        # service answers nothing, so it is in that run's p99.9 whatever the arm.
+        r["gc_full"] = s1["gc_full"] - s0["gc_full"]
     if arm.startswith("span_profile") and "agent" in s0 and "agent" in s1:
         r["sample_hz"] = round((s1["agent"].get("ticks", 0) - s0["agent"].get("ticks", 0)) / (t1 - t0), 1)
         # Windows end on the wall clock's multiples of their length, so a run shorter than a
@@ -404,10 +411,12 @@ def pct(s):
 
 
 def closes(runs):
-    """How many of `runs` closed a window while measured ("" for none, or for a peer): their
-    CPU includes a close and an export, the others' does not."""
+    """How many of `runs` closed a window while measured (their CPU includes a close and an
+    export, the others' does not), and how many ran a full collection of the cyclic collector
+    (it is in their p99.9); "" when none did."""
     n = sum(1 for r in runs if r.get("windows_closed"))
-    return "" if not n else " (%d closed a window)" % n
+    g = sum(1 for r in runs if r.get("gc_full"))
+    return ("" if not n else " (%d closed a window)" % n) + ("" if not g else " (%d ran a full gc)" % g)
 
 
 def table(results, services, loads, arms):
