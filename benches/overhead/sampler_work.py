@@ -14,21 +14,23 @@ at --rps, and after --warmup seconds reads both for --seconds:
     python benches/overhead/sampler_work.py --python target/venvs/bench-3.12/bin/python \\
         --bench ../shared/bench --service threads --rps 377.4
 
+With --record FILE the sampler thread is profiled as well, after the counts, for the same
+--seconds (`perf record -F 4999 --call-graph dwarf -t <tid>`; read it with `perf report -i FILE
+--no-children`): where the tick's work goes.
+
 Needs `perf` (linux-perf), run as root or with `perf_event_paranoid` at 1 or below (it counts
 another process's thread, kernel time included). Prints one line, or with --json the numbers.
 """
-import argparse
 import json
 import os
 import re
 import subprocess
 import sys
 import time
-import urllib.request
 
 from fixed_load import agent_threads
+from service_at_load import agent_stats, load_arguments, service_at_load
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def sampler_tid(pid):
@@ -58,51 +60,43 @@ def task_clock_ms(tid, seconds):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--python", default=sys.executable, help="the service's interpreter (span_profile installed)")
-    ap.add_argument("--bench", default=os.path.join(HERE, "..", "..", "..", "shared", "bench"))
-    ap.add_argument("--service", choices=["threads", "asyncio", "fastapi"], default="threads")
-    ap.add_argument("--rps", type=float, required=True)
-    ap.add_argument("--warmup", type=float, default=4.0)
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--json", action="store_true")
+    ap = load_arguments(__doc__, warmup=4.0)
+    ap.add_argument("--record", metavar="FILE", help="also perf record the sampler thread into FILE")
     args = ap.parse_args()
 
     env = dict(os.environ, SPAN_PROFILE_OVERHEAD_BUDGET="0")
-    svc = subprocess.Popen([args.python, os.path.join(HERE, "fixed_load_service.py"), "--service", args.service,
-                            "--agent", "span_profile-full", "--bench", args.bench, "--rate", "100"],
-                           stdout=subprocess.PIPE, text=True, env=env)
-    client = None
-    try:
-        line = svc.stdout.readline()
-        if not line.startswith("READY"):
-            sys.exit("the service did not start: %r" % line)
-        port = int(line.split()[1])
-        with urllib.request.urlopen("http://127.0.0.1:%d/stats" % port) as r:
-            pid = json.load(r)["pid"]
-        client = subprocess.Popen([args.python, os.path.join(HERE, "fixed_load_client.py"), "--port", str(port),
-                                   "--rate", str(args.rps), "--duration", str(args.warmup + args.seconds + 2)],
-                                  stdout=subprocess.DEVNULL)
+    seconds = args.warmup + args.seconds * (2 if args.record else 1) + 2
+    with service_at_load(args.python, args.bench, args.service, "span_profile-full", args.rps, seconds,
+                         env=env) as (pid, port):
         time.sleep(args.warmup)
         tid = sampler_tid(pid)
         cpu0, sw0 = schedstat(pid, tid)
         work_ms = task_clock_ms(tid, args.seconds)
         cpu1, sw1 = schedstat(pid, tid)
-    finally:
-        if client is not None:
-            client.wait()
-        svc.terminate()
-        svc.wait()
+        agent = agent_stats(port)
+        threads = len(os.listdir("/proc/%d/task" % pid))
+        if args.record:
+            subprocess.run(["perf", "record", "-q", "-F", "4999", "--call-graph", "dwarf", "-t", str(tid),
+                            "-o", args.record, "--", "sleep", str(args.seconds)], check=True)
     ticks = max(1, sw1 - sw0)
     cpu_us, work_us = (cpu1 - cpu0) / 1e3 / ticks, work_ms * 1e3 / ticks
     result = {"service": args.service, "rps": args.rps, "switches": ticks, "cpu_us_per_switch": round(cpu_us, 1),
-              "work_us_per_switch": round(work_us, 1), "wake_us_per_switch": round(cpu_us - work_us, 1)}
+              "work_us_per_switch": round(work_us, 1), "wake_us_per_switch": round(cpu_us - work_us, 1),
+              "threads": threads}
+    # Over the agent's life so far (warm-up included): what a tick walks.
+    ticks_all = agent.get("walker_ticks") or 0
+    if ticks_all:
+        result["samples_per_tick"] = round(agent.get("walker_samples", 0) / ticks_all, 2)
+        result["repeated_per_tick"] = round(agent.get("walker_samples_repeated", 0) / ticks_all, 2)
     if args.json:
         print(json.dumps(result))
     else:
         print("%s at %g rps: %d switches; the sampler's CPU %.1f µs a switch, its work %.1f (%.0f%%), waking %.1f"
               % (args.service, args.rps, ticks, cpu_us, work_us, 100 * work_us / cpu_us if cpu_us else 0,
                  cpu_us - work_us))
+        if "samples_per_tick" in result:
+            print("%d threads in the process; %.2f samples a tick, %.2f of them counted again (ADR 0035)"
+                  % (threads, result["samples_per_tick"], result["repeated_per_tick"]))
 
 
 if __name__ == "__main__":
