@@ -32,7 +32,6 @@ from fixed_load import agent_threads
 from service_at_load import agent_stats, load_arguments, service_at_load
 
 
-
 def sampler_tid(pid):
     for tid, role in agent_threads(pid).items():
         if role == "sampler":

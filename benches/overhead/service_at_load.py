@@ -48,7 +48,7 @@ def load_arguments(doc, warmup):
     """The parser of a script built on `service_at_load`, with its common options: --python,
     --bench, --service, --rps, --warmup (default `warmup`), --seconds and --json."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--python", default=sys.executable, help="the service's interpreter")
+    ap.add_argument("--python", default=sys.executable, help="the service's interpreter (with span_profile, for a script that starts the agent)")
     ap.add_argument("--bench", default=os.path.join(HERE, "..", "..", "..", "shared", "bench"))
     ap.add_argument("--service", choices=["threads", "asyncio", "fastapi"], default="threads")
     ap.add_argument("--rps", type=float, required=True)
