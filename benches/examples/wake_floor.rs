@@ -69,7 +69,9 @@ fn timerfd_loop(period: Duration, wakes: u64) {
         assert_eq!(libc::timerfd_settime(fd, 0, &its, std::ptr::null_mut()), 0);
         let mut buf = 0u64;
         for _ in 0..wakes {
-            libc::read(fd, (&mut buf as *mut u64).cast(), 8);
+            // A read that failed (a signal) would return at once and count as a wake-up.
+            let n = libc::read(fd, (&mut buf as *mut u64).cast(), 8);
+            assert_eq!(n, 8, "reading the timerfd failed");
         }
         libc::close(fd);
     }
@@ -79,18 +81,25 @@ fn absolute_loop(period: Duration, wakes: u64) {
     // SAFETY: `ts` is a live local timespec; the calls only read or write it.
     unsafe {
         let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        assert_eq!(libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts), 0);
         let step = period.as_nanos() as i64;
         for _ in 0..wakes {
             let ns = ts.tv_nsec as i64 + step;
             ts.tv_sec += (ns / 1_000_000_000) as libc::time_t;
             ts.tv_nsec = (ns % 1_000_000_000) as libc::c_long;
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            );
+            // To an absolute time, so a sleep a signal cut short is simply slept again.
+            loop {
+                match libc::clock_nanosleep(
+                    libc::CLOCK_MONOTONIC,
+                    libc::TIMER_ABSTIME,
+                    &ts,
+                    std::ptr::null_mut(),
+                ) {
+                    0 => break,
+                    libc::EINTR => continue,
+                    e => panic!("clock_nanosleep failed: error {e}"),
+                }
+            }
         }
     }
 }
