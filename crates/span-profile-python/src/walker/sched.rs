@@ -209,16 +209,16 @@ impl Page {
     }
 
     /// The page's sequence count: it changes each time the kernel schedules the thread in.
+    /// Not ordered against what follows: a caller that reads the clock after it puts a fence
+    /// in between ([`SchedWatch::clock`]), so that a saved read, most of a waiting thread's
+    /// ticks, pays no fence.
     fn seq(&self) -> u32 {
         // SAFETY: (1) `map` is a live mapping of at least one page (unmapped only in `drop`),
         // and `lock` lies at a 4-aligned offset well inside it. (2) The kernel writes it
         // concurrently: a volatile read of an aligned u32 is a single load and cannot tear.
-        let v = unsafe {
+        unsafe {
             std::ptr::read_volatile(self.map.cast::<u8>().add(PAGE_LOCK_OFFSET).cast::<u32>())
-        };
-        // Nothing read after this may be read before it (the clock read it guards).
-        fence(Ordering::SeqCst);
-        v
+        }
     }
 }
 
@@ -356,6 +356,12 @@ impl SchedWatch {
         }
         // This read would have been saved but for VALIDATE_EVERY: it checks the premise.
         let checks = s.off_cpu && seq == Some(s.seq);
+        if seq.is_some() {
+            // The sequence is read before the clock, not after: what proves the thread off CPU
+            // when the sequence was read (module docs). Only here, not on the saved path above,
+            // which reads nothing after the sequence that depends on it.
+            fence(Ordering::SeqCst);
+        }
         let ns = read();
         s.saved = 0;
         let Some(ns) = ns else {
@@ -363,7 +369,11 @@ impl SchedWatch {
             s.quiet_reads = 0;
             return (ClockRead::Read(None), 0);
         };
-        if checks && ns != s.clock_ns && s.page.as_ref().map(Page::seq) == Some(s.seq) {
+        if checks && ns != s.clock_ns && {
+            // The second sequence read comes after the clock's.
+            fence(Ordering::SeqCst);
+            s.page.as_ref().map(Page::seq) == Some(s.seq)
+        } {
             // The thread ran, yet its page did not move, read both before and after its clock
             // (a thread scheduled in between the first read and the clock would have moved it
             // before the second): this kernel does not rewrite the page at each schedule-in.
