@@ -2,8 +2,9 @@
 """What waiting threads cost the sampler, with and without the scheduler pages of ADR 0033.
 
 Each run is a fresh interpreter with THREADS threads parked in `Event.wait()` (with --wake-every
-S, waking every S seconds, as the bench workload's parked threads do) and the agent at 100 Hz
-with the budget off. After a second of warm-up it measures over SECONDS:
+S, waking every S seconds, as the bench workload's parked threads do; with --in-span, inside a
+SERVER span with a route and a child span, as a request thread waiting on I/O is) and the agent
+at 100 Hz with the budget off. After a second of warm-up it measures over SECONDS:
 
 - the sampler thread's CPU per tick (`/proc/self/task/*/schedstat`, the thread named
   `span-profile-sa…`, divided by the ticks taken);
@@ -11,11 +12,13 @@ with the budget off. After a second of warm-up it measures over SECONDS:
   wake-ups, and what watching them costs them at their context switches).
 
 Arms alternate A B A B in one run: `SPAN_PROFILE_SCHED_WATCH=0` (every clock read) and `=1`
-(the default); or, with --against, two builds (the venvs of two wheels), both watched.
+(the default); or, with --against, two or more builds (the venvs of their wheels), all watched,
+each compared with the first (A) by the paired ratio.
 
     python benches/overhead/idle_threads.py --python target/venvs/3.12.1/bin/python \\
         --threads 0 64 --pairs 4 --seconds 8 [--wake-every 0.5]
-    python benches/overhead/idle_threads.py --python OLD/bin/python --against NEW/bin/python ...
+    python benches/overhead/idle_threads.py --python OLD/bin/python --against NEW/bin/python [NEWER/bin/python] \\
+        [--in-span] ...
 """
 import argparse
 import json
@@ -27,18 +30,33 @@ import sys
 CHILD = r"""
 import json, os, sys, tempfile, threading, time
 import span_profile
-n, seconds, wake = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+n, seconds, wake, in_span = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
 parked = threading.Event()
+# Started before the threads, so that their spans go through its hooks.
+agent = span_profile.start(service="idle-threads", output=tempfile.mkdtemp(prefix="idle-threads-"),
+                           sample_rate_hz=100, window_s=3600, overhead_budget=0)
 
-def park():
+def wait():
     while not parked.wait(wake or None):
         pass
+
+park = wait
+if in_span:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    provider = TracerProvider()
+    provider.add_span_processor(span_profile.SpanProcessor())
+    tracer = provider.get_tracer("idle-threads")
+
+    def park():
+        with tracer.start_as_current_span("request", kind=trace.SpanKind.SERVER,
+                                          attributes={"http.route": "/parked/{id}"}):
+            with tracer.start_as_current_span("io.wait"):
+                wait()
 
 threads = [threading.Thread(target=park) for _ in range(n)]
 for t in threads:
     t.start()
-agent = span_profile.start(service="idle-threads", output=tempfile.mkdtemp(prefix="idle-threads-"),
-                           sample_rate_hz=100, window_s=3600, overhead_budget=0)
 
 def sampler_ns():
     for tid in os.listdir("/proc/self/task"):
@@ -67,9 +85,10 @@ print(json.dumps({"us_per_tick": (c1 - c0) / (s["ticks"] - t0) / 1000,
 """
 
 
-def run(python, threads, seconds, wake, watch):
+def run(python, threads, seconds, wake, watch, in_span):
     env = dict(os.environ, SPAN_PROFILE_SCHED_WATCH=watch)
-    out = subprocess.run([python, "-c", CHILD, str(threads), str(seconds), str(wake)], env=env,
+    out = subprocess.run([python, "-c", CHILD, str(threads), str(seconds), str(wake), "1" if in_span else "0"],
+                         env=env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -82,31 +101,38 @@ def main():
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--wake-every", type=float, default=0.0,
                     help="parked threads wake every this many seconds (0: never)")
-    ap.add_argument("--against", metavar="PYTHON",
-                    help="compare --python's build (A) with this interpreter's (B), both watched")
+    ap.add_argument("--in-span", action="store_true",
+                    help="each thread waits inside a SERVER span with a route and a child span "
+                         "(needs opentelemetry-sdk)")
+    ap.add_argument("--against", metavar="PYTHON", nargs="+",
+                    help="compare --python's build (A) with these interpreters' (B, C, ...), all watched")
     args = ap.parse_args()
     if args.against:
-        arms = [("A", args.python, "1"), ("B", args.against, "1")]
-        names = ("A (%s)" % args.python, "B (%s)" % args.against)
+        pythons = [args.python] + args.against
+        arms = [(chr(ord("A") + i), p, "1") for i, p in enumerate(pythons)]
+        names = ["%s (%s)" % (label, p) for label, p, _ in arms]
     else:
         arms = [("0", args.python, "0"), ("1", args.python, "1")]
-        names = ("every read", "watched")
+        names = ["every read", "watched"]
     results = {}
     for p in range(args.pairs):
         for n in args.threads:
             for label, python, watch in arms:
-                r = run(python, n, args.seconds, args.wake_every, watch)
+                r = run(python, n, args.seconds, args.wake_every, watch, args.in_span)
                 results.setdefault((n, label), []).append(r)
                 print(json.dumps(dict(r, pair=p, threads=n, arm=label, watch=watch)), flush=True)
     for key, what in (("us_per_tick", "sampler CPU per tick, µs"), ("process_ms_per_s", "process CPU, ms a second")):
         print("\n%s: median [min-max] of %d runs" % (what, args.pairs))
         for n in args.threads:
             a = [r[key] for r in results[(n, arms[0][0])]]
-            b = [r[key] for r in results[(n, arms[1][0])]]
-            ratios = [y / x for x, y in zip(a, b)]
-            print("%3d waiting threads: %s %.1f [%.1f-%.1f]  %s %.1f [%.1f-%.1f]  paired ratio %.2f [%.2f-%.2f]"
-                  % (n, names[0], statistics.median(a), min(a), max(a), names[1], statistics.median(b), min(b),
-                     max(b), statistics.median(ratios), min(ratios), max(ratios)))
+            line = "%3d waiting threads: %s %.1f [%.1f-%.1f]" % (n, names[0], statistics.median(a), min(a), max(a))
+            for (label, _, _), name in zip(arms[1:], names[1:]):
+                b = [r[key] for r in results[(n, label)]]
+                ratios = [y / x for x, y in zip(a, b)]
+                line += "  %s %.1f [%.1f-%.1f]  paired ratio %.2f [%.2f-%.2f]" % (
+                    name, statistics.median(b), min(b), max(b), statistics.median(ratios), min(ratios),
+                    max(ratios))
+            print(line)
 
 
 if __name__ == "__main__":

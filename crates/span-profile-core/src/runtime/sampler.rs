@@ -429,14 +429,19 @@ impl StackSink for TickSink<'_> {
     fn repeat(&mut self, key: ExecutionKey, weight: u32) -> bool {
         let sampler = &mut *self.sampler;
         let slot = sampler.tick_samples as usize;
-        let Some(span) = sampler
+        // The span is not marked sampled again (`SpanTable::mark_sampled`): an accepted repeat
+        // counts the row the previous tick filled in this window, and the first sample of that
+        // run in this window, built whole by `record`, marked it. Only a window's close forgets
+        // marks, and it flags every span still open as crossing a window, which keeps it when
+        // it ends just as a mark would. Marking again cost each waiting thread four loads a
+        // tick at random places in the 128 KiB filter, most of them cache misses: 15% of the
+        // sampler thread's time with 64 threads waiting in spans (docs/benchmarks.md).
+        if sampler
             .agg
             .repeat_raw(slot, key, weight, sampler.tick_interval_ns)
-        else {
+            .is_none()
+        {
             return false;
-        };
-        if let Some(ctx) = &span {
-            sampler.spans.mark_sampled(ctx);
         }
         sampler.tick_samples += 1;
         true
