@@ -370,10 +370,11 @@ impl WindowAggregator {
     /// Counts again, at position `slot` of this walk, standing for `weight` samples of
     /// `interval_ns` each and no CPU time, the sample that [`Self::add_raw`] counted for `key`
     /// at the same position of the previous walk (with a wall weight), if it is in this
-    /// window's rows. Returns its span (the sampler need not mark it sampled again: the
-    /// sample that first filled the row in this window was), or `None`, counting nothing, when there is no such sample: the window closed
-    /// since, the position held another key or was not filled, the previous walk was not
-    /// begun with [`Self::begin_walk`], or the names overflowed their table.
+    /// window's rows. Returns its span (already marked sampled by the sample that first filled
+    /// the row in this window, so the sampler does not mark it again), or `None`, counting
+    /// nothing, when there is no such sample: the window closed since, the position held
+    /// another key or was not filled, the previous walk was not begun with
+    /// [`Self::begin_walk`], or the names overflowed their table.
     ///
     /// The caller vouches that the sample it would hand [`Self::add_raw`] now is the same
     /// (stack, names, span, route) as the last one it handed for `key` with a wall weight; a
