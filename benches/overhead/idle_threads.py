@@ -27,36 +27,16 @@ import statistics
 import subprocess
 import sys
 
+from parked import child_env
+
 CHILD = r"""
-import json, os, sys, tempfile, threading, time
+import json, os, sys, tempfile, time
 import span_profile
 n, seconds, wake, in_span = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
-parked = threading.Event()
-# Started before the threads, so that their spans go through its hooks.
 agent = span_profile.start(service="idle-threads", output=tempfile.mkdtemp(prefix="idle-threads-"),
                            sample_rate_hz=100, window_s=3600, overhead_budget=0)
-
-def wait():
-    while not parked.wait(wake or None):
-        pass
-
-park = wait
-if in_span:
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    provider = TracerProvider()
-    provider.add_span_processor(span_profile.SpanProcessor())
-    tracer = provider.get_tracer("idle-threads")
-
-    def park():
-        with tracer.start_as_current_span("request", kind=trace.SpanKind.SERVER,
-                                          attributes={"http.route": "/parked/{id}"}):
-            with tracer.start_as_current_span("io.wait"):
-                wait()
-
-threads = [threading.Thread(target=park) for _ in range(n)]
-for t in threads:
-    t.start()
+from parked import park_threads
+parked = park_threads(n, in_span, wake)
 
 def sampler_ns():
     for tid in os.listdir("/proc/self/task"):
@@ -86,7 +66,7 @@ print(json.dumps({"us_per_tick": (c1 - c0) / (s["ticks"] - t0) / 1000,
 
 
 def run(python, threads, seconds, wake, watch, in_span):
-    env = dict(os.environ, SPAN_PROFILE_SCHED_WATCH=watch)
+    env = child_env(dict(os.environ, SPAN_PROFILE_SCHED_WATCH=watch))
     out = subprocess.run([python, "-c", CHILD, str(threads), str(seconds), str(wake), "1" if in_span else "0"],
                          env=env,
                          capture_output=True, text=True, check=True).stdout

@@ -27,28 +27,15 @@ import shutil
 import subprocess
 import tempfile
 
+from parked import child_env
+
 CHILD = r"""
-import sys, threading, time
+import sys, time
 import span_profile
 n, seconds, out, in_span = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
-parked = threading.Event()
-target = parked.wait
-if in_span:
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    provider = TracerProvider()
-    provider.add_span_processor(span_profile.SpanProcessor())
-    tracer = provider.get_tracer("sampler-instructions")
-
-    def target():
-        with tracer.start_as_current_span("request", kind=trace.SpanKind.SERVER,
-                                          attributes={"http.route": "/parked/{id}"}):
-            with tracer.start_as_current_span("io.wait"):
-                parked.wait()
-threads = [threading.Thread(target=target) for _ in range(n)]
-for t in threads:
-    t.start()
 agent = span_profile.start(service="idle", output=out, sample_rate_hz=100, window_s=600, overhead_budget=0)
+from parked import park_threads
+parked = park_threads(n, in_span)
 time.sleep(seconds)
 print("TICKS", agent.stats()["ticks"])
 parked.set()
@@ -65,7 +52,7 @@ def run(python, threads, seconds, in_span, keep=None):
              "--callgrind-out-file=" + os.path.join(d, "cg.out"),
              python, "-c", CHILD, str(threads), str(seconds), os.path.join(d, "profiles"),
              "1" if in_span else "0"],
-            capture_output=True, text=True, check=True).stdout
+            capture_output=True, text=True, check=True, env=child_env()).stdout
         ticks = int(next(line.split()[1] for line in out.splitlines() if line.startswith("TICKS")))
         counts = []
         for f in glob.glob(os.path.join(d, "cg.out-*")):
