@@ -435,7 +435,7 @@ impl StackSink for TickSink<'_> {
         // marks, and it flags every span still open as crossing a window, which keeps it when
         // it ends just as a mark would. Marking again cost each waiting thread four loads a
         // tick at random places in the 128 KiB filter: 15% of the sampler thread's time with 64
-        // threads waiting in spans (docs/benchmarks.md), though only ~130 instructions a thread.
+        // threads waiting in spans (docs/benchmarks.md), for 184 instructions a thread.
         if sampler
             .agg
             .repeat_raw(slot, key, weight, sampler.tick_interval_ns)
