@@ -16,8 +16,7 @@ fn names_and_routes_print_escaped_and_json_keeps_them() {
     let script = Script::default();
     let p = profiler(dir.path(), "checkout", "1.0", &script);
     let span = start_span(&p, 0xfeed, 1, None, NAME, Some(ROUTE));
-    script.set(PARSE_DATE);
-    ms(300);
+    script.run(PARSE_DATE, 300);
     span.end();
     script.set(IDLE);
     p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
@@ -54,8 +53,7 @@ fn frame_names_and_file_names_print_escaped() {
     let script = Script::default();
     let p = profiler(dir.path(), "checkout", "1.0", &script);
     let span = start_span(&p, 0xfeed, 1, None, "POST /checkout", Some("/checkout"));
-    script.set(EVIL_FRAME);
-    ms(300);
+    script.run(EVIL_FRAME, 300);
     span.end();
     script.set(IDLE);
     p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();

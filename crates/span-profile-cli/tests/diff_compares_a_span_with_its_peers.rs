@@ -24,19 +24,15 @@ fn record(dir: &std::path::Path) {
             Some("/checkout"),
         );
         let calc = start_span(&p, trace, 1 + i, Some(1000 + i), "pricing.calculate", None);
-        script.set(CALCULATE);
-        ms(30);
-        script.set(APPLY_DISCOUNT);
-        ms(20);
+        script.run(CALCULATE, 30);
+        script.run(APPLY_DISCOUNT, 20);
         if i + 1 == ODD {
             let child = start_span(&p, trace, 5000, Some(ODD), "dates.parse", None);
-            script.set(PARSE_DATE);
-            ms(200);
+            script.run(PARSE_DATE, 200);
             child.end();
         }
         calc.end();
-        script.set(HANDLE);
-        ms(10);
+        script.run(HANDLE, 10);
         root.end();
     }
     script.set(IDLE);

@@ -16,10 +16,9 @@ fn the_slowest_pricing_calculate_is_reported_with_its_frames_and_coverage() {
     let head: Vec<&str> = lines[0].split(' ').collect();
     assert_eq!(&head[..2], ["span", "pricing.calculate"], "{out}");
     let ms: u64 = head[2].parse().unwrap();
-    assert!(
-        (700..1500).contains(&ms),
-        "the slower span is picked: {out}"
-    );
+    // The slower span is picked: 720 ms or more (its stages wait for their ticks on a loaded
+    // machine, `Script::run`), not the other one's 150 ms, and in milliseconds, not another unit.
+    assert!((700..60_000).contains(&ms), "{out}");
     assert_eq!(&head[3..5], ["ms", "->"], "{out}");
     assert_eq!(head[6], "samples", "{out}");
     let samples: u64 = head[5].parse().unwrap();

@@ -6,9 +6,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use span_profile_core::{
     ActiveSpan, ActiveSpanRegistry, ExecutionKey, Frame, Profiler, RawFrame, RawSample, SpanId,
@@ -73,10 +73,21 @@ pub const DB_DECODE: &[&str] = &["decode_row", "db_query", "handle", "serve"];
 pub const EVIL_FRAME: &[&str] = &["evil\nREGRESSION frame\u{1b}[2J\0", "handle", "serve"];
 
 /// A walker with two threads: thread 1 (the request thread) runs whatever stack the test
-/// sets with [`Script::set`], thread 2 always idles in `idle_loop`.
-#[derive(Debug, Clone, Default)]
+/// sets with [`Script::set`] or [`Script::run`], thread 2 always idles in `idle_loop`.
+#[derive(Debug, Clone)]
 pub struct Script {
     current: Arc<AtomicUsize>,
+    /// How many walks found thread 1 in each of [`STACKS`].
+    walks: Arc<Vec<AtomicU64>>,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Self {
+            current: Arc::default(),
+            walks: Arc::new(STACKS.iter().map(|_| AtomicU64::new(0)).collect()),
+        }
+    }
 }
 
 const STACKS: &[&[&str]] = &[
@@ -95,6 +106,10 @@ const STACKS: &[&[&str]] = &[
     EVIL_FRAME,
 ];
 
+fn stack_index(stack: &[&str]) -> usize {
+    STACKS.iter().position(|s| *s == stack).unwrap()
+}
+
 fn frame_id(name: &str) -> u64 {
     let all: Vec<&str> = STACKS.iter().flat_map(|s| s.iter().copied()).collect();
     all.iter().position(|n| *n == name).unwrap() as u64 + 1
@@ -103,9 +118,28 @@ fn frame_id(name: &str) -> u64 {
 impl Script {
     /// Thread 1 runs `stack` from now on.
     pub fn set(&self, stack: &[&str]) {
-        let i = STACKS.iter().position(|s| *s == stack).unwrap();
         // Relaxed: the sampler only needs to see the change eventually.
-        self.current.store(i, Ordering::Relaxed);
+        self.current.store(stack_index(stack), Ordering::Relaxed);
+    }
+
+    /// Thread 1 runs `stack` for `ms` milliseconds, and then on until the sampler has walked
+    /// it nine tenths of the `ms / 10` times a 100 Hz sampler would have. On a loaded machine
+    /// the sampler's ticks come late (CI once saw 5 walks in a 200 ms stage); a stage cut
+    /// short of its walks would leave a test's sample counts to the machine's load. The
+    /// samples still say what the sampler saw: each is weighted by its real tick interval.
+    /// Gives up after 30 s, and the test's own assertions then say what is missing.
+    pub fn run(&self, stack: &[&str], ms: u64) {
+        self.set(stack);
+        let walks = &self.walks[stack_index(stack)];
+        let before = walks.load(Ordering::Relaxed);
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_millis(ms));
+        let want = ms / 10 * 9 / 10;
+        while walks.load(Ordering::Relaxed) - before < want
+            && start.elapsed() < Duration::from_secs(30)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// The walker; it reads each thread's span from `registry`, which [`start_span`] feeds.
@@ -113,6 +147,7 @@ impl Script {
         ScriptWalker {
             registry,
             current: self.current.clone(),
+            walks: self.walks.clone(),
             raw: STACKS
                 .iter()
                 .map(|s| {
@@ -132,12 +167,14 @@ impl Script {
 pub struct ScriptWalker {
     registry: Arc<ActiveSpanRegistry>,
     current: Arc<AtomicUsize>,
+    walks: Arc<Vec<AtomicU64>>,
     raw: Vec<Vec<RawFrame>>,
 }
 
 impl StackWalker for ScriptWalker {
     fn walk(&mut self, sink: &mut dyn StackSink) {
         let i = self.current.load(Ordering::Relaxed);
+        self.walks[i].fetch_add(1, Ordering::Relaxed);
         for (key, stack, name) in [(1, i, "request"), (2, 0, "idler")] {
             let key = ExecutionKey::thread(key);
             sink.sample(
@@ -280,30 +317,23 @@ pub fn record_checkout_in_windows(dir: &Path, version: &str, window: Duration) {
     let script = Script::default();
     let p = profiler_with_window(dir, "checkout", version, &script, window);
     let root = start_span(&p, 0xfeed, 1, None, "POST /checkout", Some("/checkout"));
-    script.set(HANDLE);
-    ms(50);
+    script.run(HANDLE, 50);
     let calc = start_span(&p, 0xfeed, 2, Some(1), "pricing.calculate", None);
-    script.set(PARSE_DATE);
-    ms(560);
-    script.set(APPLY_DISCOUNT);
-    ms(90);
-    script.set(CALCULATE);
-    ms(70);
+    script.run(PARSE_DATE, 560);
+    script.run(APPLY_DISCOUNT, 90);
+    script.run(CALCULATE, 70);
     calc.end();
-    script.set(HANDLE);
-    ms(30);
+    script.run(HANDLE, 30);
     root.end();
 
     let root = start_span(&p, 0xbeef, 5, None, "POST /checkout", Some("/checkout"));
     let calc = start_span(&p, 0xbeef, 3, Some(5), "pricing.calculate", None);
-    script.set(APPLY_DISCOUNT);
-    ms(150);
+    script.run(APPLY_DISCOUNT, 150);
     calc.end();
     root.end();
 
     let orders = start_span(&p, 0xcafe, 4, None, "GET /orders", Some("/orders"));
-    script.set(LIST_ORDERS);
-    ms(200);
+    script.run(LIST_ORDERS, 200);
     orders.end();
     script.set(IDLE);
     p.shutdown_with_timeout(Duration::from_secs(10)).unwrap();
@@ -322,16 +352,16 @@ pub fn record_request_with_empty_root(dir: &Path, window: Duration) {
     script.set(PARSE_DATE);
     let root = start_unentered_span(&p, 0xab0, 0x10, "POST /checkout", Some("/checkout"));
     let calc = start_span(&p, 0xab0, 0x11, Some(0x10), "pricing.calculate", None);
-    ms(300);
+    script.run(PARSE_DATE, 300);
     script.set(APPLY_DISCOUNT);
     let db = start_span(&p, 0xab0, 0x12, Some(0x11), "db.query", None);
-    ms(100);
+    script.run(APPLY_DISCOUNT, 100);
     db.end();
     script.set(IDLE);
     calc.end();
     script.set(HANDLE);
     let render = start_span(&p, 0xab0, 0x13, Some(0x10), "render", None);
-    ms(100);
+    script.run(HANDLE, 100);
     script.set(IDLE);
     render.end();
     root.end();
