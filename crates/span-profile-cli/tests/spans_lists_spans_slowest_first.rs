@@ -33,7 +33,14 @@ fn spans_are_listed_slowest_first() {
         "{out}"
     );
 
-    let slow = run_ok(&["spans", d, "--min-ms", "500", "--json"], 0);
+    // --min-ms at the second span's length (720 ms at 100 Hz; longer on a loaded machine, where
+    // the stages wait for the sampler, `Script::run`) keeps the two slowest.
+    let all = json(&run_ok(&["spans", d, "--json"], 0));
+    let ns = |s: &serde_json::Value| {
+        s["span"]["end_unix_ns"].as_u64().unwrap() - s["span"]["start_unix_ns"].as_u64().unwrap()
+    };
+    let second_ms = (ns(&all[1]) / 1_000_000).to_string();
+    let slow = run_ok(&["spans", d, "--min-ms", &second_ms, "--json"], 0);
     let v = json(&slow);
     let list = v.as_array().unwrap();
     assert_eq!(list.len(), 2, "{slow}");

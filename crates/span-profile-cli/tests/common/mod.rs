@@ -123,18 +123,18 @@ impl Script {
     }
 
     /// Thread 1 runs `stack` for `ms` milliseconds, and then on until the sampler has walked
-    /// it nine tenths of the `ms / 10` times a 100 Hz sampler would have. On a loaded machine
-    /// the sampler's ticks come late (CI once saw 5 walks in a 200 ms stage); a stage cut
-    /// short of its walks would leave a test's sample counts to the machine's load. The
-    /// samples still say what the sampler saw: each is weighted by its real tick interval.
-    /// Gives up after 30 s, and the test's own assertions then say what is missing.
+    /// it the `ms / 10` times (rounded) a 100 Hz sampler would have. On a loaded machine the
+    /// sampler's ticks come late (CI once saw 5 walks in a 200 ms stage); a stage cut short of
+    /// its walks would leave a test's sample counts, and the shares between its stages, to the
+    /// machine's load. A late sampler stretches the stages instead, all in proportion. Gives up
+    /// after 30 s, and the test's own assertions then say what is missing.
     pub fn run(&self, stack: &[&str], ms: u64) {
         self.set(stack);
         let walks = &self.walks[stack_index(stack)];
         let before = walks.load(Ordering::Relaxed);
         let start = Instant::now();
         std::thread::sleep(Duration::from_millis(ms));
-        let want = ms / 10 * 9 / 10;
+        let want = (ms + 5) / 10;
         while walks.load(Ordering::Relaxed) - before < want
             && start.elapsed() < Duration::from_secs(30)
         {
@@ -900,8 +900,7 @@ pub fn record_deploy(dir: &Path, version: &str, steps: &[(&[&str], u64)]) {
             Some("/checkout"),
         );
         for &(stack, t) in steps {
-            script.set(stack);
-            ms(t);
+            script.run(stack, t);
         }
         root.end();
     }
