@@ -40,7 +40,11 @@ the control of --concurrent (none beside none). A peer that
 is not installed in --python is skipped with a note. Peers upload to a local sink in this process.
 
 The table gives, per service, load and arm, the median over runs and, against the none run of the
-same round, the paired change (median [min-max] of the per-round ratios).
+same round, the paired change (median [min-max] of the per-round ratios). A second table decides
+the targets (--cpu-target, --p99-target: issue 29's +2% CPU a request and +5% p99): the paired
+ratios' geometric mean with a 95% interval over the rounds (Student's t on the logs), and "within" only when the
+whole interval is at or under the target, "above" when all of it is over, else "not decided". Run
+none-twin beside the arms: its interval is what the machine's noise alone gives.
 
 --against B/bin/python compares two builds of span_profile (or of a peer): every arm but none also
 runs with that interpreter, named ARM@b, and its change is against the same arm of --python, of the
@@ -70,6 +74,7 @@ imports made, before it listens.
 """
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -419,6 +424,78 @@ def closes(runs):
     return ("" if not n else " (%d closed a window)" % n) + ("" if not g else " (%d ran a full gc)" % g)
 
 
+# Student's t at 97.5% by degrees of freedom (1-30); 1.96 beyond.
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042]
+
+
+def geo_interval(ratios):
+    """The geometric mean of `ratios` (an arm's paired ratios, one a round) and its 95% interval
+    (Student's t on the logs, which stays honest at a few rounds where a bootstrap is too
+    narrow), as changes (0.02 is +2%); None under 3 rounds."""
+    logs = [math.log(x) for x in ratios if x and x > 0]
+    if len(logs) < 3:
+        return None
+    m = statistics.fmean(logs)
+    df = len(logs) - 1
+    half = (T975[df - 1] if df <= len(T975) else 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return tuple(math.exp(x) - 1 for x in (m, m - half, m + half))
+
+
+def verdict(interval, target_pct):
+    """Whether an arm's change is within `target_pct`: only when its whole interval is."""
+    if interval is None:
+        return "too few rounds (3 needed)"
+    _, lo, hi = (100 * x for x in interval)
+    if hi <= target_pct:
+        return "within +%g%%" % target_pct
+    if lo > target_pct:
+        return "above +%g%%" % target_pct
+    return "not decided"
+
+
+def runs_of(results, svc, load):
+    """The finished runs of one cell, and each run's base run: none's of the same round, or under
+    --against the first build's of the same arm; under --concurrent the one that ran beside it. A
+    run whose service could not keep up (responses still out after the drain) says nothing about
+    CPU per request or latency: it is counted, not averaged in."""
+    every = [r for r in results if r.get("service") == svc and r.get("load") == load and "error" not in r]
+    rs = [r for r in every if not r.get("unfinished")]
+    by = {(r["run"], r["arm"], r.get("beside")): r for r in rs}
+    base = lambda r: by.get((r["run"], base_arm(r["arm"]), r["arm"] if r.get("concurrent") else None))  # noqa: E731
+    return every, rs, base
+
+
+def paired_ratios(runs, base, key):
+    return [r[key] / base(r)[key] for r in runs if base(r) and r[key] and base(r)[key]]
+
+
+def load_name(load):
+    return "%.0f%%" % (100 * load) if load < 5 else "%.0f rps" % load
+
+
+def decisions(results, services, loads, arms, cpu_target, p99_target):
+    """The targets decided per cell and arm (see the module's doc)."""
+    lines = ["| service | load | arm | rounds | CPU/req vs base, geo-mean [95%%] | CPU within +%g%%? "
+             "| p99 vs base, geo-mean [95%%] | p99 within +%g%%? |" % (cpu_target, p99_target),
+             "|---|---|---|---|---|---|---|---|"]
+    show = lambda i: "-" if i is None else "%+.1f%% [%+.1f..%+.1f]" % tuple(100 * x for x in i)  # noqa: E731
+    for svc in services:
+        for load in loads:
+            _, rs, base = runs_of(results, svc, load)
+            for arm in arms:
+                a = [r for r in rs if r["arm"] == arm]
+                if not a or arm == "none":
+                    continue
+                cpu = geo_interval(paired_ratios(a, base, "cpu_ms_per_req"))
+                p99 = geo_interval(paired_ratios(a, base, "p99_ms"))
+                lines.append("| %s | %s | %s | %d | %s | %s | %s | %s |" % (
+                    svc, load_name(load), arm, len(paired_ratios(a, base, "p99_ms")), show(cpu),
+                    verdict(cpu, cpu_target), show(p99), verdict(p99, p99_target)))
+    return "\n".join(lines)
+
+
 def table(results, services, loads, arms):
     vs = "vs none" if not any(a.endswith(AGAINST) for a in arms) else "vs none (an %s arm: vs the first build)" % AGAINST
     lines = ["| service | load | arm | rps | CPU ms/req | " + vs + " | p50 ms | p99 ms | p99 " + vs + " | p99.9 ms | "
@@ -426,29 +503,21 @@ def table(results, services, loads, arms):
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for svc in services:
         for load in loads:
-            every = [r for r in results if r.get("service") == svc and r.get("load") == load and "error" not in r]
-            # A run whose service could not keep up (responses still out after the drain) says
-            # nothing about CPU per request or latency: it is counted, not averaged in.
-            rs = [r for r in every if not r.get("unfinished")]
-            # A run's base run (none's, or under --against the first build's of the same arm): the
-            # same round's, or under --concurrent the one that ran beside it.
-            by = {(r["run"], r["arm"], r.get("beside")): r for r in rs}
-            base = lambda r: by.get((r["run"], base_arm(r["arm"]), r["arm"] if r.get("concurrent") else None))  # noqa: E731
+            every, rs, base = runs_of(results, svc, load)
             for arm in arms:
                 a = [r for r in rs if r["arm"] == arm]
                 over = sum(1 for r in every if r["arm"] == arm and r.get("unfinished"))
                 if not a:
                     if over:
                         lines.append("| %s | %s | %s | | every run overloaded (%d) | | | | | | | |" % (
-                            svc, "%.0f%%" % (100 * load) if load < 5 else "%.0f rps" % load, arm, over))
+                            svc, load_name(load), arm, over))
                     continue
-                paired = lambda k: spread([r[k] / base(r)[k] for r in a  # noqa: E731
-                                           if base(r) and r[k] and base(r)[k]])
+                paired = lambda k: spread(paired_ratios(a, base, k))  # noqa: E731
                 col = lambda k: spread([r[k] for r in a])  # noqa: E731
                 rss_s, rss_p = col("rss_steady_mb"), col("rss_peak_mb")
                 prof = col("profiler_rss_mb")
                 lines.append("| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %d (%d)" % (
-                    svc, "%.0f%%" % (100 * load) if load < 5 else "%.0f rps" % load, arm, a[0]["rate"], fmt(col("cpu_ms_per_req"), "%.3f"),
+                    svc, load_name(load), arm, a[0]["rate"], fmt(col("cpu_ms_per_req"), "%.3f"),
                     "" if arm == "none" else pct(paired("cpu_ms_per_req")),
                     fmt(col("p50_ms"), "%.1f"), fmt(col("p99_ms"), "%.1f"),
                     "" if arm == "none" else pct(paired("p99_ms")), fmt(col("p999_ms"), "%.1f"),
@@ -486,6 +555,10 @@ def main():
                     help="a second interpreter, with another build of span_profile: every arm but none "
                          "also runs with it (named ARM%s) and is compared with the same arm of --python "
                          "(with --concurrent, beside it: the two builds side by side)" % AGAINST)
+    ap.add_argument("--cpu-target", type=float, default=2.0, metavar="PCT",
+                    help="the CPU a request an arm may add, in %% of its base (decided in the second table)")
+    ap.add_argument("--p99-target", type=float, default=5.0, metavar="PCT",
+                    help="the p99 an arm may add, in %% of its base (decided in the second table)")
     ap.add_argument("--out", help="also write every run as JSON lines to this file")
     ap.add_argument("--table-from", metavar="FILE",
                     help="print the table of the runs in FILE (an --out of an earlier run), run nothing")
@@ -495,7 +568,10 @@ def main():
             rs = [json.loads(line) for line in f if line.strip()]
         seen = lambda k: sorted({r[k] for r in rs if k in r}, key=[r.get(k) for r in rs].index)  # noqa: E731
         order = [v for a in ARMS for v in (a, a + AGAINST)]
-        print(table(rs, seen("service"), seen("load"), [a for a in order if a in seen("arm")]))
+        arms = [a for a in order if a in seen("arm")]
+        print(table(rs, seen("service"), seen("load"), arms))
+        print()
+        print(decisions(rs, seen("service"), seen("load"), arms, args.cpu_target, args.p99_target))
         return
     args.bench = os.path.abspath(args.bench)
     if args.smoke:
@@ -548,6 +624,8 @@ def main():
     loads = sorted(set(levels), key=levels.index)
     print()
     print(table(results, args.services, loads, arms))
+    print()
+    print(decisions(results, args.services, loads, arms, args.cpu_target, args.p99_target))
     if args.concurrent and args.against:
         print("\n--concurrent --against: each %s arm's change is against the same arm of --python run "
               "beside it; latency was measured beside a neighbour's load." % AGAINST)
