@@ -488,10 +488,10 @@ def decisions(results, services, loads, arms, cpu_target, p99_target):
                 a = [r for r in rs if r["arm"] == arm]
                 if not a or arm == "none":
                     continue
-                cpu = geo_interval(paired_ratios(a, base, "cpu_ms_per_req"))
-                p99 = geo_interval(paired_ratios(a, base, "p99_ms"))
+                cpu_r, p99_r = (paired_ratios(a, base, k) for k in ("cpu_ms_per_req", "p99_ms"))
+                cpu, p99 = geo_interval(cpu_r), geo_interval(p99_r)
                 lines.append("| %s | %s | %s | %d | %s | %s | %s | %s |" % (
-                    svc, load_name(load), arm, len(paired_ratios(a, base, "p99_ms")), show(cpu),
+                    svc, load_name(load), arm, len(cpu_r), show(cpu),
                     verdict(cpu, cpu_target), show(p99), verdict(p99, p99_target)))
     return "\n".join(lines)
 

@@ -4,6 +4,7 @@
 With `in_span`, each thread waits inside a SERVER span with a route and a child span, as a
 request thread waiting on I/O does. Call it after `span_profile.start()`: a span started before
 the agent goes through no hook, and its samples carry no span."""
+import os
 import threading
 
 
@@ -42,8 +43,6 @@ def park_threads(n, in_span, wake=0.0):
 
 def child_env(env=None):
     """`env` (or this process's environment) with this directory on PYTHONPATH."""
-    import os
-
     env = dict(os.environ if env is None else env)
     here = os.path.dirname(os.path.abspath(__file__))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
