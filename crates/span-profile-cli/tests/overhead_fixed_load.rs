@@ -48,37 +48,42 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// Runs `span-profile --json overhead` at RATE fixed arrivals a second for 1 s after 0.25 s of
+/// warm-up, against `service` (written to `dir`), with `extra` flags before the command.
+fn overhead_at_rate(
+    python: &std::path::Path,
+    dir: &std::path::Path,
+    service: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    std::fs::create_dir_all(dir).unwrap();
+    let app = dir.join("service.py");
+    std::fs::write(&app, service).unwrap();
+    let port = free_port();
+    Command::new(env!("CARGO_BIN_EXE_span-profile"))
+        .args(["--json", "overhead", "--rate-rps"])
+        .arg(RATE.to_string())
+        .arg("--url")
+        .arg(format!("http://127.0.0.1:{port}/work"))
+        .args(["--duration", "1", "--warmup", "0.25", "--arrivals", "fixed"])
+        .args(extra)
+        .arg("--")
+        .arg(python)
+        .arg(&app)
+        .arg(port.to_string())
+        .arg(dir)
+        .arg(BURN_MS.to_string())
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn fixed_load_counts_every_request_and_reports_each_field() {
     let Some(python) = span_profile_test::python_with_agent() else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("overhead-fixed-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let app = dir.join("service.py");
-    std::fs::write(&app, SERVICE).unwrap();
-    let port = free_port();
-    let out = Command::new(env!("CARGO_BIN_EXE_span-profile"))
-        .args(["--json", "overhead", "--runs", "1", "--rate-rps"])
-        .arg(RATE.to_string())
-        .arg("--url")
-        .arg(format!("http://127.0.0.1:{port}/work"))
-        .args([
-            "--duration",
-            "1",
-            "--warmup",
-            "0.25",
-            "--arrivals",
-            "fixed",
-            "--",
-        ])
-        .arg(&python)
-        .arg(&app)
-        .arg(port.to_string())
-        .arg(&dir)
-        .arg(BURN_MS.to_string())
-        .output()
-        .unwrap();
+    let out = overhead_at_rate(&python, &dir, SERVICE, &["--runs", "1"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
@@ -161,6 +166,11 @@ fn fixed_load_counts_every_request_and_reports_each_field() {
             assert!(a[k]["median"].as_f64().is_some(), "{k} in {a}");
         }
     }
+    assert_eq!(
+        arms[1]["cpu_verdict"], "too-few-rounds",
+        "one round decides nothing"
+    );
+    assert!(arms[1]["cpu_change"].is_null());
     let ratio = arms[1]["cpu_vs_none"]["median"].as_f64().unwrap();
     let want =
         runs[1]["cpu_ms_per_req"].as_f64().unwrap() / runs[0]["cpu_ms_per_req"].as_f64().unwrap();
@@ -168,6 +178,77 @@ fn fixed_load_counts_every_request_and_reports_each_field() {
         (ratio - want).abs() < 1e-9,
         "the paired ratio of the one round"
     );
+}
+
+/// The service of the spec above, but burning `AGENT_BURNS` times the CPU a request when the
+/// agent is loaded: the arm's true change in CPU per request is known to the test.
+const AGENT_BURNS: f64 = 2.0;
+
+#[test]
+fn fixed_load_decides_a_target_from_the_paired_rounds() {
+    let Some(python) = span_profile_test::python_with_agent() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("overhead-decide-{}", std::process::id()));
+    let service = SERVICE.replace(
+        "burn_ms = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])",
+        &format!(
+            "burn_ms = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])\n\
+             if 'span_profile' in sys.modules: burn_ms *= {AGENT_BURNS}"
+        ),
+    );
+    assert_ne!(
+        service, SERVICE,
+        "the burn line is where the spec expects it"
+    );
+    let out = overhead_at_rate(
+        &python,
+        &dir,
+        &service,
+        &["--runs", "3", "--cpu-target", "2", "--p99-target", "1000"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the agent's arm is decided above +2% CPU: the command fails\n{stderr}"
+    );
+    assert_eq!(v["targets"]["cpu_pct"].as_f64(), Some(2.0));
+    let arms = v["arms"].as_array().unwrap();
+    assert!(arms[0]["cpu_verdict"].is_null(), "none is not decided");
+    let agent = &arms[1];
+    assert_eq!(agent["arm"], "span-profile");
+    assert_eq!(agent["cpu_verdict"], "above", "{agent}");
+    assert_eq!(agent["p99_verdict"], "within", "+1000% holds: {agent}");
+    let c = &agent["cpu_change"];
+    assert_eq!(c["rounds"].as_u64(), Some(3));
+    let (mean, low, high) = (
+        c["geo_mean"].as_f64().unwrap(),
+        c["low"].as_f64().unwrap(),
+        c["high"].as_f64().unwrap(),
+    );
+    assert!(low <= mean && mean <= high, "{c}");
+    // The service burnt twice the CPU a request under the agent: the change is about +100%
+    // (the request's other work, about the same in both arms, pulls it under; the agent's own
+    // CPU pushes it over).
+    assert!(
+        (0.6..1.4).contains(&mean),
+        "CPU a request about doubled: {c}"
+    );
+    // The geometric mean is that of the per-round ratios the runs give.
+    let runs = v["runs"].as_array().unwrap();
+    let cpu = |arm: &str, i: u64| {
+        runs.iter()
+            .find(|r| r["arm"] == arm && r["run"].as_u64() == Some(i))
+            .and_then(|r| r["cpu_ms_per_req"].as_f64())
+            .unwrap()
+    };
+    let logs: f64 = (0..3)
+        .map(|i| (cpu("span-profile", i) / cpu("none", i)).ln())
+        .sum();
+    assert!(((logs / 3.0).exp_m1() - mean).abs() < 1e-9, "{c}");
 }
 
 #[test]

@@ -16,7 +16,10 @@
 //!
 //! Then it stops the service with SIGTERM (the runner turns that into a clean exit). Arms run
 //! alternated (none A B ... none A B ...), and each arm's CPU and p99 are compared with the
-//! none run of the same round (paired ratios).
+//! none run of the same round (paired ratios). The table describes those ratios (median and
+//! range); the decision below it says whether each arm is within a target: the ratios'
+//! geometric mean with a 95% interval ([`Change`]), "within" only when all of the interval is
+//! at or under the target, "above" when all of it is over ([`Verdict`], ADR 0030).
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -32,6 +35,7 @@ use super::loadgen::{self, Arrivals, LoadResult, Target};
 use super::measure::{arm_command, proc_cpu};
 use super::report::Spread;
 use super::{Arm, OverheadArgs};
+use span_profile_export::store::stats::t_critical;
 
 /// One run of one arm at the fixed load.
 #[derive(Debug, Clone, Serialize)]
@@ -67,6 +71,14 @@ pub(super) struct FixedArmSummary {
     pub(super) p99_ms: Option<Spread>,
     /// Per round, this arm's p99 over the none run's.
     pub(super) p99_vs_none: Option<Spread>,
+    /// The change in CPU per request, decided from the paired ratios (not for none).
+    pub(super) cpu_change: Option<Change>,
+    /// Whether that change is within `--cpu-target` (not for none).
+    pub(super) cpu_verdict: Option<Verdict>,
+    /// The change in p99, decided from the paired ratios (not for none).
+    pub(super) p99_change: Option<Change>,
+    /// Whether that change is within `--p99-target` (not for none).
+    pub(super) p99_verdict: Option<Verdict>,
     pub(super) p999_ms: Option<Spread>,
     pub(super) rss_steady_mb: Option<Spread>,
     pub(super) rss_peak_mb: Option<Spread>,
@@ -85,8 +97,79 @@ pub(super) struct FixedReport {
     pub(super) warmup_s: f64,
     pub(super) rate: u32,
     pub(super) budget: f64,
+    pub(super) targets: Targets,
     pub(super) arms: Vec<FixedArmSummary>,
     pub(super) runs: Vec<FixedRun>,
+}
+
+/// The changes an arm may add and still be within target, in percent of none's.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(super) struct Targets {
+    pub(super) cpu_pct: f64,
+    pub(super) p99_pct: f64,
+}
+
+/// A change estimated from one arm's paired ratios (one a round): their geometric mean and its
+/// 95% interval, Student's t on the logs, as fractions of the baseline (0.02 is +2%). The
+/// interval is wide at a few rounds, where a bootstrap would be too narrow to be honest.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(super) struct Change {
+    pub(super) geo_mean: f64,
+    pub(super) low: f64,
+    pub(super) high: f64,
+    pub(super) rounds: usize,
+}
+
+/// Fewest rounds a [`Change`] is estimated from: two give an interval too wide to decide.
+pub(super) const MIN_ROUNDS: usize = 3;
+
+impl Change {
+    /// From the paired ratios; `None` with fewer than [`MIN_ROUNDS`] usable (positive, finite).
+    pub(super) fn of(ratios: &[f64]) -> Option<Self> {
+        let logs: Vec<f64> = ratios
+            .iter()
+            .filter(|r| r.is_finite() && **r > 0.0)
+            .map(|r| r.ln())
+            .collect();
+        let n = logs.len();
+        if n < MIN_ROUNDS {
+            return None;
+        }
+        let mean = logs.iter().sum::<f64>() / n as f64;
+        let var = logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        let half = t_critical(0.05, (n - 1) as f64) * (var / n as f64).sqrt();
+        Some(Self {
+            geo_mean: mean.exp_m1(),
+            low: (mean - half).exp_m1(),
+            high: (mean + half).exp_m1(),
+            rounds: n,
+        })
+    }
+
+    /// Within `target_pct` only when the whole interval is; above when all of it is over.
+    pub(super) fn verdict(change: Option<Self>, target_pct: f64) -> Verdict {
+        let target = target_pct / 100.0;
+        match change {
+            None => Verdict::TooFewRounds,
+            Some(c) if c.high <= target => Verdict::Within,
+            Some(c) if c.low > target => Verdict::Above,
+            Some(_) => Verdict::NotDecided,
+        }
+    }
+}
+
+/// Whether an arm's [`Change`] is within its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum Verdict {
+    /// The whole interval is at or under the target.
+    Within,
+    /// The whole interval is over it.
+    Above,
+    /// The interval straddles it: more rounds (`--runs`) may decide.
+    NotDecided,
+    /// Fewer than [`MIN_ROUNDS`] paired rounds.
+    TooFewRounds,
 }
 
 /// The settings of the fixed-load mode, checked.
@@ -293,8 +376,9 @@ fn measure(child: &mut Child, load: &Load, arm: Arm, run: usize) -> Result<(Fixe
     Ok((r, pid))
 }
 
-/// Each arm's spreads, and its paired ratios against the none run of the same round.
-pub(super) fn summarize(arms: &[Arm], runs: &[FixedRun]) -> Vec<FixedArmSummary> {
+/// Each arm's spreads, its paired ratios against the none run of the same round, and the
+/// changes decided from them against `targets`.
+pub(super) fn summarize(arms: &[Arm], runs: &[FixedRun], targets: Targets) -> Vec<FixedArmSummary> {
     let none = |run: usize| runs.iter().find(|r| r.arm == "none" && r.run == run);
     arms.iter()
         .map(|a| {
@@ -303,19 +387,20 @@ pub(super) fn summarize(arms: &[Arm], runs: &[FixedRun]) -> Vec<FixedArmSummary>
             let col = |f: &dyn Fn(&FixedRun) -> Option<f64>| {
                 Spread::of(&mine.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
             };
-            let paired = |f: &dyn Fn(&FixedRun) -> Option<f64>| {
-                if n == "none" {
-                    return None;
-                }
-                let v: Vec<f64> = mine
-                    .iter()
-                    .filter_map(|r| match (f(r), none(r.run).and_then(f)) {
-                        (Some(x), Some(b)) if b > 0.0 => Some(x / b),
-                        _ => None,
-                    })
-                    .collect();
-                Spread::of(&v)
+            let ratios = |f: &dyn Fn(&FixedRun) -> Option<f64>| -> Option<Vec<f64>> {
+                (n != "none").then(|| {
+                    mine.iter()
+                        .filter_map(|r| match (f(r), none(r.run).and_then(f)) {
+                            (Some(x), Some(b)) if b > 0.0 => Some(x / b),
+                            _ => None,
+                        })
+                        .collect()
+                })
             };
+            let cpu = ratios(&|r| r.cpu_ms_per_req);
+            let p99 = ratios(&|r| r.load.p99_ms);
+            let cpu_change = cpu.as_deref().and_then(Change::of);
+            let p99_change = p99.as_deref().and_then(Change::of);
             FixedArmSummary {
                 arm: n,
                 runs: mine.len(),
@@ -324,10 +409,18 @@ pub(super) fn summarize(arms: &[Arm], runs: &[FixedRun]) -> Vec<FixedArmSummary>
                 errors: mine.iter().map(|r| r.load.errors).sum(),
                 retried: mine.iter().map(|r| r.load.retried).sum(),
                 cpu_ms_per_req: col(&|r| r.cpu_ms_per_req),
-                cpu_vs_none: paired(&|r| r.cpu_ms_per_req),
+                cpu_vs_none: cpu.as_deref().and_then(Spread::of),
                 p50_ms: col(&|r| r.load.p50_ms),
                 p99_ms: col(&|r| r.load.p99_ms),
-                p99_vs_none: paired(&|r| r.load.p99_ms),
+                p99_vs_none: p99.as_deref().and_then(Spread::of),
+                cpu_change,
+                cpu_verdict: cpu
+                    .is_some()
+                    .then(|| Change::verdict(cpu_change, targets.cpu_pct)),
+                p99_change,
+                p99_verdict: p99
+                    .is_some()
+                    .then(|| Change::verdict(p99_change, targets.p99_pct)),
                 p999_ms: col(&|r| r.load.p999_ms),
                 rss_steady_mb: col(&|r| r.rss_steady_mb),
                 rss_peak_mb: col(&|r| r.rss_peak_mb),
@@ -335,6 +428,14 @@ pub(super) fn summarize(arms: &[Arm], runs: &[FixedRun]) -> Vec<FixedArmSummary>
             }
         })
         .collect()
+}
+
+/// Whether this agent's CPU or p99 was decided above its target (the command's exit status).
+pub(super) fn agent_above(r: &FixedReport) -> bool {
+    r.arms.iter().any(|a| {
+        a.arm == Arm::SpanProfile.name()
+            && (a.cpu_verdict == Some(Verdict::Above) || a.p99_verdict == Some(Verdict::Above))
+    })
 }
 
 fn cell(s: Option<Spread>, prec: usize) -> String {
@@ -352,6 +453,28 @@ fn change(s: Option<Spread>) -> String {
             100.0 * (s.max - 1.0)
         )
     })
+}
+
+/// One decided change: `+3.1% [+2.0..+4.2]: above +2%`.
+fn decision(c: Option<Change>, v: Option<Verdict>, target_pct: f64) -> String {
+    let pct = |x: f64| format!("{:+.1}", 100.0 * x);
+    let what = match v {
+        Some(Verdict::Within) => format!("within +{target_pct}%"),
+        Some(Verdict::Above) => format!("above +{target_pct}%"),
+        Some(Verdict::NotDecided) => format!("not decided against +{target_pct}%"),
+        Some(Verdict::TooFewRounds) | None => {
+            return format!("too few rounds ({MIN_ROUNDS} needed: --runs)")
+        }
+    };
+    match c {
+        Some(c) => format!(
+            "{}% [{}..{}]: {what}",
+            pct(c.geo_mean),
+            pct(c.low),
+            pct(c.high)
+        ),
+        None => what,
+    }
 }
 
 /// The text table of the fixed-load report.
@@ -404,6 +527,28 @@ pub(super) fn render(r: &FixedReport) -> String {
                 .map_or("n/a".into(), |v| format!("{:.0}", v.median)),
         );
     }
+    let _ = writeln!(
+        s,
+        "\ndecided: each arm's paired ratios as a geometric mean [95% interval, Student's t on the logs]; \
+         within a target only when the whole interval is"
+    );
+    for a in r.arms.iter().filter(|a| a.cpu_verdict.is_some()) {
+        let _ = writeln!(
+            s,
+            "{:<13} CPU/request {}   p99 {}",
+            a.arm,
+            decision(a.cpu_change, a.cpu_verdict, r.targets.cpu_pct),
+            decision(a.p99_change, a.p99_verdict, r.targets.p99_pct),
+        );
+    }
+    if r.arms.iter().any(|a| {
+        a.cpu_verdict == Some(Verdict::NotDecided) || a.p99_verdict == Some(Verdict::NotDecided)
+    }) {
+        let _ = writeln!(
+            s,
+            "not decided: the interval straddles the target; more rounds (--runs) narrow it"
+        );
+    }
     let errors: u64 = r.arms.iter().map(|a| a.errors).sum();
     if errors > 0 {
         let _ = writeln!(
@@ -443,6 +588,11 @@ mod tests {
         }
     }
 
+    const TARGETS: Targets = Targets {
+        cpu_pct: 2.0,
+        p99_pct: 5.0,
+    };
+
     #[test]
     fn ratios_pair_each_run_with_the_none_run_of_its_round() {
         let runs = [
@@ -451,7 +601,7 @@ mod tests {
             run("none", 1, 4.0, 20.0),
             run("span-profile", 1, 4.0, 20.0),
         ];
-        let s = summarize(&[Arm::None, Arm::SpanProfile], &runs);
+        let s = summarize(&[Arm::None, Arm::SpanProfile], &runs, TARGETS);
         assert!(s[0].cpu_vs_none.is_none());
         let c = s[1].cpu_vs_none.unwrap();
         // Round 0: 2.2 / 2.0; round 1: 4.0 / 4.0. Unpaired medians would give 3.1 / 3.0.
@@ -465,5 +615,67 @@ mod tests {
             "{p:?}"
         );
         assert_eq!((s[1].sent, s[1].completed, s[1].runs), (20, 20, 2));
+    }
+
+    #[test]
+    fn a_change_is_the_geometric_mean_of_the_ratios_with_a_t_interval() {
+        // Logs of 1.02, 1.04, 1.06: mean 0.039097, sd 0.019234; t(0.975, 2) = 4.3027, so the
+        // half-width is 4.3027 × 0.019234 / √3 = 0.047780 (worked by hand): +4.0% [−0.9..+9.1].
+        let c = Change::of(&[1.02, 1.04, 1.06]).unwrap();
+        assert!((c.geo_mean - 0.039871).abs() < 1e-5, "{c:?}");
+        assert!((c.low - -0.008645).abs() < 1e-5, "{c:?}");
+        assert!((c.high - 0.090763).abs() < 1e-5, "{c:?}");
+        assert_eq!(c.rounds, 3);
+        // Two rounds, or ratios that are not ratios, decide nothing.
+        assert_eq!(Change::of(&[1.1, 1.1]), None);
+        assert_eq!(Change::of(&[1.1, 1.1, 0.0, f64::NAN]), None);
+    }
+
+    #[test]
+    fn a_target_holds_only_when_the_whole_interval_is_within_it() {
+        let steady = |r: f64| Change::of(&[r; 5]);
+        assert_eq!(Change::verdict(steady(1.01), 2.0), Verdict::Within);
+        assert_eq!(Change::verdict(steady(1.10), 5.0), Verdict::Above);
+        // A median of +1% whose rounds straddle +2%.
+        let mixed = Change::of(&[0.99, 1.01, 1.04, 1.00, 1.03]);
+        assert_eq!(Change::verdict(mixed, 2.0), Verdict::NotDecided);
+        assert_eq!(Change::verdict(None, 2.0), Verdict::TooFewRounds);
+    }
+
+    #[test]
+    fn the_agent_decided_above_its_target_fails_the_command() {
+        let runs: Vec<FixedRun> = (0..4)
+            .flat_map(|i| [run("none", i, 2.0, 10.0), run("span-profile", i, 2.2, 10.0)])
+            .collect();
+        let arms = summarize(&[Arm::None, Arm::SpanProfile], &runs, TARGETS);
+        assert_eq!(
+            arms[0].cpu_verdict, None,
+            "none is not compared with itself"
+        );
+        assert_eq!(arms[1].cpu_verdict, Some(Verdict::Above));
+        assert_eq!(arms[1].p99_verdict, Some(Verdict::Within));
+        let mut report = FixedReport {
+            mode: "fixed-load",
+            command: vec![],
+            url: String::new(),
+            rate_rps: 1.0,
+            arrivals: Arrivals::Fixed,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            rate: 100,
+            budget: 0.01,
+            targets: TARGETS,
+            arms,
+            runs,
+        };
+        assert!(agent_above(&report));
+        let text = render(&report);
+        assert!(
+            text.contains("span-profile  CPU/request +10.0% [+10.0..+10.0]: above +2%"),
+            "{text}"
+        );
+        report.targets.cpu_pct = 20.0;
+        report.arms = summarize(&[Arm::None, Arm::SpanProfile], &report.runs, report.targets);
+        assert!(!agent_above(&report));
     }
 }

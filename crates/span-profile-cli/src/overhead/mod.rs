@@ -19,7 +19,8 @@
 //! With `--rate-rps N --url URL` the command is a service instead, and each arm gets a fixed,
 //! open-loop load from a generator in this process ([`loadgen`]); the report is CPU per request,
 //! latency from scheduled arrival, RSS and the sample rate, each arm paired with the none run
-//! of its round ([`fixed`], ADR 0030).
+//! of its round, and whether each arm is within `--cpu-target` / `--p99-target` decided from
+//! those pairs ([`fixed`], ADR 0030).
 //!
 //! The pieces: `runner.py` (the Python runner, embedded), [`measure`] (one run of one arm and
 //! what it measured), [`sink`] (the local HTTP endpoint peers upload to) and [`report`]
@@ -107,12 +108,22 @@ pub(crate) struct OverheadArgs {
     /// Fixed-load mode: how arrivals are spaced.
     #[arg(long, value_enum, default_value_t = loadgen::Arrivals::Poisson)]
     arrivals: loadgen::Arrivals,
+    /// Fixed-load mode: the most CPU per request an arm may add, in percent of none's. An arm is
+    /// within it only when the whole 95% interval of its change is; the command exits 1 when
+    /// span-profile's is wholly above.
+    #[arg(long, value_name = "PCT", default_value_t = 2.0)]
+    cpu_target: f64,
+    /// Fixed-load mode: the most p99 latency an arm may add, in percent of none's (decided as
+    /// --cpu-target is).
+    #[arg(long, value_name = "PCT", default_value_t = 5.0)]
+    p99_target: f64,
     /// The workload: `python app.py ARGS` (or `python -m module ARGS`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
 
-/// Runs the comparison and prints it; exit code 0, or 1 when this agent went over budget.
+/// Runs the comparison and prints it; exit code 0, or 1 when this agent went over budget (in
+/// the fixed-load mode: when its CPU or p99 change was decided above its target).
 pub(crate) fn run(args: &OverheadArgs, json: bool) -> Result<u8> {
     if args.runs == 0 {
         return Err(Usage("--runs must be at least 1".into()).into());
@@ -232,6 +243,21 @@ fn run_fixed(
     if args.connections == 0 || args.connections > 4096 {
         return Err(Usage("--connections is between 1 and 4096".into()).into());
     }
+    for (flag, v) in [
+        ("--cpu-target", args.cpu_target),
+        ("--p99-target", args.p99_target),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(Usage(format!(
+                "{flag} is a percentage of none's figure, 0 or more (2 for +2%)"
+            ))
+            .into());
+        }
+    }
+    let targets = fixed::Targets {
+        cpu_pct: args.cpu_target,
+        p99_pct: args.p99_target,
+    };
     let load = fixed::Load {
         target: loadgen::Target::parse(url).map_err(Usage)?,
         url: url.to_string(),
@@ -271,7 +297,8 @@ fn run_fixed(
         warmup_s: args.warmup,
         rate: args.rate,
         budget: args.budget,
-        arms: fixed::summarize(arms, &runs),
+        targets,
+        arms: fixed::summarize(arms, &runs, targets),
         runs,
     };
     if json {
@@ -279,5 +306,5 @@ fn run_fixed(
     } else {
         out!("{}", fixed::render(&report));
     }
-    Ok(0)
+    Ok(u8::from(fixed::agent_above(&report)))
 }

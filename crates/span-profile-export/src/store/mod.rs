@@ -47,7 +47,7 @@ mod selection;
 mod sidecar;
 pub mod span_name;
 mod spans;
-mod stats;
+pub mod stats;
 pub mod summary;
 mod time;
 

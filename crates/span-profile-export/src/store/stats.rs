@@ -1,5 +1,7 @@
 //! The statistics of the deploy diff (ADR 0023): Welch's t-test on two ratio estimates whose
-//! unit is the window, and Holm's correction across frames.
+//! unit is the window, and Holm's correction across frames. [`t_critical`], Student's t
+//! quantile, is public for the other places that build an interval (`span-profile overhead`'s
+//! fixed-load decision, ADR 0030).
 
 /// A share estimated from windows: `Σ k_i / Σ n_i` over the windows `(k_i, n_i)` of one
 /// side, with the variance of that ratio estimator (cluster sampling, the window as the
@@ -85,6 +87,36 @@ pub(crate) fn t_two_sided(t: f64, df: f64) -> f64 {
     }
     let x = df / (df + t * t);
     incomplete_beta(df / 2.0, 0.5, x).clamp(0.0, 1.0)
+}
+
+/// The `t` for which `P(|T| >= t)` is `two_sided_p` under Student's t with `df` degrees of
+/// freedom: the half-width of a `1 - two_sided_p` interval in standard errors (df 7, 5%:
+/// 2.365). `NaN` when `df` is not above 0 or `two_sided_p` is not inside (0, 1).
+///
+/// ```
+/// use span_profile_export::store::stats::t_critical;
+/// assert!((t_critical(0.05, 7.0) - 2.365).abs() < 1e-3);
+/// assert!((t_critical(0.05, 1e9) - 1.960).abs() < 1e-3);
+/// ```
+pub fn t_critical(two_sided_p: f64, df: f64) -> f64 {
+    if !(df > 0.0 && two_sided_p > 0.0 && two_sided_p < 1.0) {
+        return f64::NAN;
+    }
+    // `t_two_sided` falls from 1 at t = 0 towards 0: bisect on it. 1e6 bounds every quantile
+    // asked for here (df 1 at 1e-6 is about 3e5).
+    let (mut lo, mut hi) = (0.0f64, 1e6f64);
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if t_two_sided(mid, df) > two_sided_p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+        if hi - lo < 1e-12 * hi.max(1.0) {
+            break;
+        }
+    }
+    0.5 * (lo + hi)
 }
 
 /// Holm's step-down adjustment: adjusted p-values in the input's order, each to be compared
@@ -201,6 +233,18 @@ mod tests {
         assert!((t_two_sided(4.032, 5.0) - 0.01).abs() < 1e-3);
         assert!((t_two_sided(0.0, 7.0) - 1.0).abs() < 1e-12);
         assert!(t_two_sided(40.0, 20.0) < 1e-15);
+    }
+
+    #[test]
+    fn t_critical_matches_the_tables() {
+        // Two-sided 5%: df 1 → 12.706, 2 → 4.303, 7 → 2.365, 29 → 2.045; 1% at df 5 → 4.032.
+        for (df, want) in [(1.0, 12.706), (2.0, 4.303), (7.0, 2.365), (29.0, 2.045)] {
+            let t = t_critical(0.05, df);
+            assert!((t - want).abs() < 1e-3, "df {df}: {t}");
+        }
+        assert!((t_critical(0.01, 5.0) - 4.032).abs() < 1e-3);
+        assert!(t_critical(0.05, 0.0).is_nan());
+        assert!(t_critical(1.0, 5.0).is_nan());
     }
 
     #[test]
