@@ -35,8 +35,9 @@ arms that break span_profile's cost down: span_profile-hooks (its span hooks, wi
 span_profile-nowatch (100 Hz with SPAN_PROFILE_SCHED_WATCH=0: every thread's CPU clock read each tick,
 no scheduler pages, ADR 0033), and three that take span_profile-hooks apart: sdk-noop (the SDK's own
 do-nothing SpanProcessor), span_profile-noagent (span_profile's SpanProcessor, no agent started) and
-span_profile-nohooks (the agent at 1 Hz without the SpanProcessor); none-twin is none under another name,
-the control of --concurrent (none beside none). A peer that
+span_profile-nohooks (the agent at 1 Hz without the SpanProcessor); span_profile-50hz and
+span_profile-20hz are span_profile-full at a lower rate (what lowering sample_rate_hz buys); none-twin
+is none under another name, the control of --concurrent (none beside none). A peer that
 is not installed in --python is skipped with a note. Peers upload to a local sink in this process.
 
 The table gives, per service, load and arm, the median over runs and, against the none run of the
@@ -89,11 +90,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ARMS = ["none", "span_profile-full", "span_profile", "py-spy", "pyroscope", "ddtrace", "ddtrace-100hz",
         "span_profile-hooks", "span_profile-w1", "span_profile-nowatch", "sdk-noop", "span_profile-noagent",
-        "span_profile-nohooks", "none-twin"]
+        "span_profile-nohooks", "none-twin", "span_profile-50hz", "span_profile-20hz"]
 DEFAULT_ARMS = ARMS[:6]
 #: Arms that run span_profile with the budget off, and the sample rate each asks for.
 SPAN_PROFILE_RATE = {"span_profile-full": 100, "span_profile-hooks": 1, "span_profile-w1": 100,
-                     "span_profile-nowatch": 100, "span_profile-nohooks": 1}
+                     "span_profile-nowatch": 100, "span_profile-nohooks": 1, "span_profile-50hz": 50,
+                     "span_profile-20hz": 20}
 #: Arms that are an agent of fixed_load_service.py of their own (the others run span_profile-full's
 #: agent with the environment above, or none under py-spy).
 OWN_AGENT = {"sdk-noop", "span_profile-noagent", "span_profile-nohooks"}
@@ -205,7 +207,8 @@ def arm_available(args, arm):
     mod = {"span_profile-full": "span_profile", "span_profile": "span_profile", "pyroscope": "pyroscope.otel",
            "span_profile-hooks": "span_profile", "span_profile-w1": "span_profile",
            "span_profile-nowatch": "span_profile", "span_profile-noagent": "span_profile",
-           "span_profile-nohooks": "span_profile",
+           "span_profile-nohooks": "span_profile", "span_profile-50hz": "span_profile",
+           "span_profile-20hz": "span_profile",
            "ddtrace": "ddtrace.opentelemetry", "ddtrace-100hz": "ddtrace.opentelemetry"}.get(arm)
     if mod is None:
         return None
