@@ -251,22 +251,33 @@ fn fixed_load_decides_a_target_from_the_paired_rounds() {
     assert!(((logs / 3.0).exp_m1() - mean).abs() < 1e-9, "{c}");
 }
 
-#[test]
-fn fixed_load_refuses_a_bad_url_with_a_usage_error() {
+/// Runs `span-profile overhead --rate-rps 10 --url URL EXTRA -- python3 app.py`, which must stop
+/// with a usage error (exit 2) before starting anything; returns its message.
+fn usage_error(url: &str, extra: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_span-profile"))
-        .args([
-            "overhead",
-            "--rate-rps",
-            "10",
-            "--url",
-            "https://example.invalid/",
-            "--",
-            "python3",
-            "app.py",
-        ])
+        .args(["overhead", "--rate-rps", "10", "--url", url])
+        .args(extra)
+        .args(["--", "python3", "app.py"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+    stderr
+}
+
+#[test]
+fn fixed_load_refuses_a_bad_url_with_a_usage_error() {
+    let stderr = usage_error("https://example.invalid/", &[]);
     assert!(stderr.contains("http://"), "says what to give: {stderr}");
+}
+
+#[test]
+fn fixed_load_refuses_a_target_that_is_not_a_percentage() {
+    for bad in ["nan", "-1", "inf"] {
+        let stderr = usage_error("http://127.0.0.1:9/", &[&format!("--cpu-target={bad}")]);
+        assert!(
+            stderr.contains("--cpu-target is a percentage"),
+            "says what to give for {bad}: {stderr}"
+        );
+    }
 }
