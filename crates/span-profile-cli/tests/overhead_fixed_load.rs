@@ -237,6 +237,15 @@ fn fixed_load_decides_a_target_from_the_paired_rounds() {
         (0.6..1.4).contains(&mean),
         "CPU a request about doubled: {c}"
     );
+    // Latency too: one arrival every 25 ms is served before the next, so each response takes
+    // about its burn (5 ms, 10 ms under the agent) and the p99 about doubles. Loose bounds: a
+    // stall of a loaded machine in one round of three moves the geometric mean, not its sense.
+    let p99 = agent["p99_change"]["geo_mean"].as_f64().unwrap();
+    assert!(
+        (0.3..2.5).contains(&p99),
+        "p99 about doubled: {}",
+        agent["p99_change"]
+    );
     // The geometric mean is that of the per-round ratios the runs give.
     let runs = v["runs"].as_array().unwrap();
     let cpu = |arm: &str, i: u64| {
@@ -269,6 +278,21 @@ fn usage_error(url: &str, extra: &[&str]) -> String {
 fn fixed_load_refuses_a_bad_url_with_a_usage_error() {
     let stderr = usage_error("https://example.invalid/", &[]);
     assert!(stderr.contains("http://"), "says what to give: {stderr}");
+}
+
+#[test]
+fn a_target_without_the_fixed_load_mode_is_a_usage_error() {
+    // The closed-loop mode decides no target: a target given to it would be silently ignored.
+    let out = Command::new(env!("CARGO_BIN_EXE_span-profile"))
+        .args(["overhead", "--cpu-target", "3", "--", "python3", "app.py"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--rate-rps"),
+        "names what it needs: {stderr}"
+    );
 }
 
 #[test]

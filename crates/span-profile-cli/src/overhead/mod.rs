@@ -111,11 +111,11 @@ pub(crate) struct OverheadArgs {
     /// Fixed-load mode: the most CPU per request an arm may add, in percent of none's. An arm is
     /// within it only when the whole 95% interval of its change is; the command exits 1 when
     /// span-profile's is wholly above.
-    #[arg(long, value_name = "PCT", default_value_t = 2.0)]
+    #[arg(long, value_name = "PCT", default_value_t = 2.0, requires = "rate_rps")]
     cpu_target: f64,
     /// Fixed-load mode: the most p99 latency an arm may add, in percent of none's (decided as
     /// --cpu-target is).
-    #[arg(long, value_name = "PCT", default_value_t = 5.0)]
+    #[arg(long, value_name = "PCT", default_value_t = 5.0, requires = "rate_rps")]
     p99_target: f64,
     /// The workload: `python app.py ARGS` (or `python -m module ARGS`).
     #[arg(last = true, required = true, value_name = "COMMAND")]

@@ -103,7 +103,7 @@ pub fn t_critical(two_sided_p: f64, df: f64) -> f64 {
         return f64::NAN;
     }
     // `t_two_sided` falls from 1 at t = 0 towards 0: bisect on it. 1e6 bounds every quantile
-    // asked for here (df 1 at 1e-6 is about 3e5).
+    // asked for here (df 1 at 1e-6 is 2 / (π · 1e-6), about 6.4e5).
     let (mut lo, mut hi) = (0.0f64, 1e6f64);
     for _ in 0..200 {
         let mid = 0.5 * (lo + hi);
