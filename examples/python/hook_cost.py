@@ -18,14 +18,28 @@ span_profile, measured alternately (A B A B ...) in the same process.
         --rate Hz in place of ours (pip install pyroscope-io pyroscope-otel; its uploads go to
         a closed local port and fail, which costs nothing per span)
 
-Many short rounds; prints the minimum and median CPU time per span of the calling thread for
-each arm, and the difference. On a busy machine trust the minima: noise only adds time.
+--turns puts the requests on two threads that take turns, one request each, as a threaded
+service's requests land on whichever thread is free: `two-cores` pins the threads to CPUs 0 and 1
+(what the hooks' shared state and the span objects they hold cost when requests move between
+cores), `one-core` pins both to CPU 0 (the same turns, no core change):
+
+    python examples/python/hook_cost.py --shape workload --bench ../shared/bench --turns two-cores
+
+--evict MB copies MB MiB before each request, outside the time measured, so that each request's
+hooks meet cold caches, as in a service (32 is past this machine's last-level cache):
+
+    python examples/python/hook_cost.py --shape request --evict 32
+
+Many short rounds, the arms' order swapped every round (A B, B A, ...); prints the minimum and
+median CPU time per span of the calling thread (with --turns, of the two threads) for each arm,
+and the difference. On a busy machine trust the minima: noise only adds time.
 """
 import argparse
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import opentelemetry.context as otel_context
@@ -35,51 +49,115 @@ from opentelemetry.trace import SpanKind
 import span_profile
 
 
-def per_span_ns(tracer, n, shape="span"):
-    """CPU time of this thread per span: on a shared machine, wall time mostly measures the
-    neighbours. `shape` "span": root spans with no attributes; "request": requests of
-    ../shared/bench/workload.py's shape (a SERVER root with `http.route` and six children),
-    the time divided by their 7 spans; "workload": those requests doing the workload's work."""
-    t0 = time.thread_time_ns()
-    if shape == "span":
-        for _ in range(n):
-            with tracer.start_as_current_span("op"):
-                pass
-        return (time.thread_time_ns() - t0) / n
-    server, start = SpanKind.SERVER, tracer.start_as_current_span
-    requests = max(1, n // 7)
-    if shape == "workload":
-        return _workload_requests(tracer, requests) / (7 * requests)
-    for i in range(requests):
-        with start("request", kind=server, attributes={"http.route": "/checkout/a" if i % 2 else "/checkout/b"}):
-            with start("auth.check"):
-                pass
-            with start("pricing.calculate"):
-                with start("parse_dates"):
-                    pass
-                with start("apply_discount"):
-                    pass
-                with start("decimal.quantize"):
-                    pass
-            with start("render.json"):
-                pass
-    return (time.thread_time_ns() - t0) / (7 * requests)
-
-
 WORKLOAD = None  # ../shared/bench/workload.py, for --shape workload
 # benches/overhead/checkout.py: the request fixed_load_service.py serves.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benches", "overhead"))
 import checkout  # noqa: E402
 
 
-def _workload_requests(tracer, requests):
-    """CPU time of this thread for `requests` requests of the bench's checkout with its work
-    between the spans, as fixed_load_service.py serves them: the hooks then run with the
-    caches the request's own work left, not in a hot loop."""
-    t0 = time.thread_time_ns()
-    for i in range(requests):
+def _request(tracer, i):
+    """One request of ../shared/bench/workload.py's shape, no work: a SERVER root with
+    `http.route` and six children."""
+    start = tracer.start_as_current_span
+    with start("request", kind=SpanKind.SERVER, attributes={"http.route": "/checkout/a" if i % 2 else "/checkout/b"}):
+        with start("auth.check"):
+            pass
+        with start("pricing.calculate"):
+            with start("parse_dates"):
+                pass
+            with start("apply_discount"):
+                pass
+            with start("decimal.quantize"):
+                pass
+        with start("render.json"):
+            pass
+
+
+def one_request(tracer, shape, i):
+    """Request `i` of `shape` ("request" or "workload"): 7 spans."""
+    if shape == "workload":
         checkout.handle(tracer, WORKLOAD, i)
-    return time.thread_time_ns() - t0
+    else:
+        _request(tracer, i)
+
+
+def per_span_ns(tracer, n, shape="span"):
+    """CPU time of this thread per span: on a shared machine, wall time mostly measures the
+    neighbours. `shape` "span": root spans with no attributes; "request": requests of
+    ../shared/bench/workload.py's shape (a SERVER root with `http.route` and six children),
+    the time divided by their 7 spans; "workload": those requests doing the workload's work
+    (the hooks then run with the caches the request's own work left, not in a hot loop)."""
+    t0 = time.thread_time_ns()
+    if shape == "span":
+        for _ in range(n):
+            with tracer.start_as_current_span("op"):
+                pass
+        return (time.thread_time_ns() - t0) / n
+    requests = max(1, n // 7)
+    if EVICT is None:
+        for i in range(requests):
+            one_request(tracer, shape, i)
+        return (time.thread_time_ns() - t0) / (7 * requests)
+    cpu_ns = 0
+    for i in range(requests):
+        EVICT.run()
+        t0 = time.thread_time_ns()
+        one_request(tracer, shape, i)
+        cpu_ns += time.thread_time_ns() - t0
+    return cpu_ns / (7 * requests)
+
+
+class Evict:
+    """Copies `mb` MiB before each request, outside the time measured: the caches a request then
+    meets hold little of the previous one's, as in a service whose requests arrive between
+    other work (the kernel's network stack, other processes)."""
+
+    def __init__(self, mb):
+        self._src, self._dst = bytearray(mb << 20), bytearray(mb << 20)
+
+    def run(self):
+        self._dst[:] = self._src
+
+
+EVICT = None  # an Evict with --evict
+
+
+class TakingTurns:
+    """Two threads that take turns, one request each, as a threaded service's requests land on
+    whichever of its threads is free: what one request's hooks left in the caches and in the
+    hooks' shared state (the recorder, the span and span-object tables, the span objects held
+    until a later start lets them go) is then met by the other thread, on the other core when
+    `cpus` names two. `per_span_ns` is the two threads' CPU time over the spans."""
+
+    def __init__(self, cpus):
+        self._go = [threading.Event(), threading.Event()]
+        self._done = threading.Event()
+        self._job = None
+        for k, cpu in enumerate(cpus):
+            threading.Thread(target=self._run, args=(k, cpu), daemon=True).start()
+
+    def _run(self, k, cpu):
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        while True:
+            self._go[k].wait()
+            self._go[k].clear()
+            tracer, shape, requests = self._job
+            if EVICT is not None:
+                EVICT.run()
+            t0 = time.thread_time_ns()
+            one_request(tracer, shape, self._i)
+            self._cpu_ns += time.thread_time_ns() - t0
+            self._i += 1
+            # The other thread starts only once this one has written its time.
+            (self._done if self._i >= requests else self._go[1 - k]).set()
+
+    def per_span_ns(self, tracer, n, shape):
+        requests = max(1, n // 7)
+        self._job, self._i, self._cpu_ns = (tracer, shape, requests), 0, 0
+        self._done.clear()
+        self._go[0].set()
+        self._done.wait()
+        return self._cpu_ns / (7 * requests)
 
 
 class NoOp(SpanProcessor):
@@ -104,6 +182,7 @@ def processor(args):
 
 
 def main():
+    global EVICT, WORKLOAD
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spans", type=int, default=2000, help="spans per round")
     ap.add_argument("--rounds", type=int, default=60)
@@ -114,9 +193,20 @@ def main():
     ap.add_argument("--bench", help="the directory of workload.py, for --shape workload (../shared/bench)")
     ap.add_argument("--arm", choices=("ours", "idle", "noop", "pyroscope-otel"), default="ours",
                     help="what arm B runs (see above)")
+    ap.add_argument("--turns", choices=("off", "one-core", "two-cores"), default="off",
+                    help="requests on two threads taking turns, pinned to one core or two (see above)")
+    ap.add_argument("--evict", type=int, metavar="MB",
+                    help="copy MB MiB before each request, untimed, so each meets cold caches")
     args = ap.parse_args()
+    if args.evict is not None and args.shape == "span":
+        ap.error("--evict takes requests: --shape request or --shape workload")
+    if args.evict is not None:
+        EVICT = Evict(args.evict)
+    if args.turns != "off" and args.shape == "span":
+        ap.error("--turns takes requests: --shape request or --shape workload")
+    if args.turns == "two-cores" and len(os.sched_getaffinity(0)) < 2:
+        ap.error("--turns two-cores needs two CPUs; this process may use %d" % len(os.sched_getaffinity(0)))
     if args.shape == "workload":
-        global WORKLOAD
         if not args.bench:
             ap.error("--shape workload needs --bench, the directory of workload.py (../shared/bench)")
         sys.path.insert(0, os.path.abspath(args.bench))
@@ -142,14 +232,20 @@ def main():
     hook = otel_context._RUNTIME_CONTEXT
     original = getattr(hook, "original", hook)  # a wrapper installed by start(), if any
 
-    per_span_ns(bare, 2000, args.shape)  # warm-up
-    per_span_ns(ours, 2000, args.shape)
+    measure = per_span_ns
+    if args.turns != "off":
+        measure = TakingTurns((0, 1) if args.turns == "two-cores" else (0, 0)).per_span_ns
+    measure(bare, 2000, args.shape)  # warm-up
+    measure(ours, 2000, args.shape)
     a, b = [], []
     for r in range(args.rounds):
-        otel_context._RUNTIME_CONTEXT = original
-        a.append(per_span_ns(bare, args.spans, args.shape))
-        otel_context._RUNTIME_CONTEXT = hook
-        b.append(per_span_ns(ours, args.spans, args.shape))
+        for arm in ("ab" if r % 2 == 0 else "ba"):
+            if arm == "a":
+                otel_context._RUNTIME_CONTEXT = original
+                a.append(measure(bare, args.spans, args.shape))
+            else:
+                otel_context._RUNTIME_CONTEXT = hook
+                b.append(measure(ours, args.spans, args.shape))
     if agent is not None:
         agent.stop()
     ma, mb = statistics.median(a), statistics.median(b)
