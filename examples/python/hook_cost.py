@@ -19,14 +19,15 @@ span_profile, measured alternately (A B A B ...) in the same process.
         a closed local port and fail, which costs nothing per span)
 
 --turns puts the requests on two threads that take turns, one request each, as a threaded
-service's requests land on whichever thread is free: `two-cores` pins the threads to CPUs 0 and 1
+service's requests land on whichever thread is free: `two-cores` pins the threads to two CPUs
 (what the hooks' shared state and the span objects they hold cost when requests move between
-cores), `one-core` pins both to CPU 0 (the same turns, no core change):
+cores), `one-core` pins both to one (the same turns, no core change):
 
     python examples/python/hook_cost.py --shape workload --bench ../shared/bench --turns two-cores
 
 --evict MB copies MB MiB before each request, outside the time measured, so that each request's
-hooks meet cold caches, as in a service (32 is past this machine's last-level cache):
+hooks meet cold caches, as in a service (32 reads and writes 64 MiB, twice the last-level cache
+of the VM the figures come from):
 
     python examples/python/hook_cost.py --shape request --evict 32
 
@@ -234,7 +235,8 @@ def main():
 
     measure = per_span_ns
     if args.turns != "off":
-        measure = TakingTurns((0, 1) if args.turns == "two-cores" else (0, 0)).per_span_ns
+        cpus = sorted(os.sched_getaffinity(0))  # the first one or two this process may use
+        measure = TakingTurns((cpus[0], cpus[1] if args.turns == "two-cores" else cpus[0])).per_span_ns
     measure(bare, 2000, args.shape)  # warm-up
     measure(ours, 2000, args.shape)
     a, b = [], []
