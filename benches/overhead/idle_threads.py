@@ -19,6 +19,11 @@ each compared with the first (A) by the paired ratio.
         --threads 0 64 --pairs 4 --seconds 8 [--wake-every 0.5]
     python benches/overhead/idle_threads.py --python OLD/bin/python --against NEW/bin/python [NEWER/bin/python] \\
         [--in-span] ...
+
+With --evict MB a process beside the runs copies MB MiB over and over for their whole length, as
+a service's own work does between ticks: what a waiting thread costs when the lines of its state
+(its thread state, its scheduler page, the sampler's entries for it) are evicted between ticks.
+Run it with and without, alternated, to compare.
 """
 import argparse
 import json
@@ -65,6 +70,15 @@ print(json.dumps({"us_per_tick": (c1 - c0) / (s["ticks"] - t0) / 1000,
 """
 
 
+# The --evict neighbour: copies the buffer into another over and over until it is killed.
+EVICTOR = r"""
+import sys
+src, dst = bytearray(int(sys.argv[1]) << 20), bytearray(int(sys.argv[1]) << 20)
+while True:
+    dst[:] = src
+"""
+
+
 def run(python, threads, seconds, wake, watch, in_span):
     env = child_env(dict(os.environ, SPAN_PROFILE_SCHED_WATCH=watch))
     out = subprocess.run([python, "-c", CHILD, str(threads), str(seconds), str(wake), "1" if in_span else "0"],
@@ -86,7 +100,19 @@ def main():
                          "(needs opentelemetry-sdk)")
     ap.add_argument("--against", metavar="PYTHON", nargs="+",
                     help="compare --python's build (A) with these interpreters' (B, C, ...), all watched")
+    ap.add_argument("--evict", type=int, metavar="MB",
+                    help="a process beside the runs copies MB MiB over and over (see above)")
     args = ap.parse_args()
+    evictor = subprocess.Popen([sys.executable, "-c", EVICTOR, str(args.evict)]) if args.evict else None
+    try:
+        measure(args)
+    finally:
+        if evictor is not None:
+            evictor.kill()
+            evictor.wait()
+
+
+def measure(args):
     if args.against:
         pythons = [args.python] + args.against
         arms = [(chr(ord("A") + i), p, "1") for i, p in enumerate(pythons)]
