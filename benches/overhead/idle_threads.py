@@ -103,13 +103,18 @@ def main():
     ap.add_argument("--evict", type=int, metavar="MB",
                     help="a process beside the runs copies MB MiB over and over (see above)")
     args = ap.parse_args()
+    if args.evict is not None and args.evict <= 0:
+        ap.error("--evict takes a size in MiB above 0")
     evictor = subprocess.Popen([sys.executable, "-c", EVICTOR, str(args.evict)]) if args.evict else None
     try:
         measure(args)
     finally:
         if evictor is not None:
+            died = evictor.poll()
             evictor.kill()
             evictor.wait()
+    if evictor is not None and died is not None:
+        sys.exit("the --evict neighbour exited with %d during the runs: they ran without it" % died)
 
 
 def measure(args):

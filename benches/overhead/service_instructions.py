@@ -27,6 +27,8 @@ import sys
 import tempfile
 import urllib.request
 
+from fixed_load import SPAN_PROFILE_RATE, service_agent
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUR_EXTENSION = "span_profile/_native"
 
@@ -39,15 +41,16 @@ def get(port, i):
 
 def run_arm(args, arm, out):
     """(whole process, our extension) instructions a request of one arm."""
-    # As fixed_load.py runs them: the hooks arm is the agent at 1 Hz with its processor, and
-    # nohooks the agent at 1 Hz without it.
-    agent, rate = {"span_profile-hooks": ("span_profile-full", "1"),
-                   "span_profile-nohooks": ("span_profile-nohooks", "1")}.get(arm, (arm, "100"))
-    env = dict(os.environ, SPAN_PROFILE_OVERHEAD_BUDGET="0", SPAN_PROFILE_WINDOW_S="600",
-               PYTHONHASHSEED="0")
+    # The service's agent and rate as fixed_load.py runs the arm (the hooks arm: the agent at
+    # 1 Hz with its processor), without the caller's own settings.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPAN_PROFILE_", "DD_"))}
+    env.update(SPAN_PROFILE_WINDOW_S="600", PYTHONHASHSEED="0")
+    if arm in SPAN_PROFILE_RATE:
+        env["SPAN_PROFILE_OVERHEAD_BUDGET"] = "0"
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, "--dump-line=no",
            args.python, os.path.join(HERE, "fixed_load_service.py"), "--service", args.service,
-           "--agent", agent, "--rate", rate, "--bench", args.bench]
+           "--agent", service_agent(arm), "--rate", str(SPAN_PROFILE_RATE.get(arm, 100)),
+           "--bench", args.bench]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     try:
         line = p.stdout.readline().split()
@@ -68,12 +71,14 @@ def run_arm(args, arm, out):
     # The dump asked for is the first numbered file; the one written at exit is `out` itself.
     dumps = sorted(f for f in glob.glob(out + ".*") if f.rsplit(".", 1)[1].isdigit())
     if not dumps:
-        sys.exit("%s: callgrind wrote no dump" % arm)
+        sys.exit("%s: callgrind wrote no dump; is callgrind_control on the PATH?" % arm)
     total = None
     with open(dumps[0]) as f:
         for line in f:
             if line.startswith(("summary:", "totals:")):
                 total = int(line.split()[1])
+    if total is None:
+        sys.exit("%s: no instruction total in %s" % (arm, dumps[0]))
     ours = 0
     annotated = subprocess.run(["callgrind_annotate", "--auto=no", "--threshold=100", dumps[0]], check=True,
                                capture_output=True, text=True).stdout

@@ -134,6 +134,7 @@ class TakingTurns:
         self._go = [threading.Event(), threading.Event()]
         self._done = threading.Event()
         self._job = None
+        self._error = None
         for k, cpu in enumerate(cpus):
             threading.Thread(target=self._run, args=(k, cpu), daemon=True).start()
 
@@ -146,7 +147,12 @@ class TakingTurns:
             if EVICT is not None:
                 EVICT.run()
             t0 = time.thread_time_ns()
-            one_request(tracer, shape, self._i)
+            try:
+                one_request(tracer, shape, self._i)
+            except BaseException as e:  # handed to the measuring thread, which raises it
+                self._error = e
+                self._done.set()
+                return
             self._cpu_ns += time.thread_time_ns() - t0
             self._i += 1
             # The other thread starts only once this one has written its time.
@@ -158,6 +164,8 @@ class TakingTurns:
         self._done.clear()
         self._go[0].set()
         self._done.wait()
+        if self._error is not None:
+            raise RuntimeError("a request failed on a turn-taking thread") from self._error
         return self._cpu_ns / (7 * requests)
 
 
