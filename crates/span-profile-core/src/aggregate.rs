@@ -70,23 +70,37 @@ const MAX_RECENT: usize = 4096;
 
 /// What one position of the last walk produced: its raw stack and names, their interned ids,
 /// and the row they were counted in.
+///
+/// What [`WindowAggregator::repeat_raw`] reads, a waiting thread's every tick, comes first and
+/// fits one cache line, which each position starts on: a repeat touches this line and its row's
+/// counts, not the stack and names behind them (ADR 0035, amended 2026-12-07).
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 struct Recent {
     /// [`WindowAggregator::interning`] of the ids below; 0 = nothing cached.
     interning: u64,
-    frames: Vec<RawFrame>,
-    truncated: bool,
-    thread_name: String,
-    task_name: String,
-    has_task: bool,
-    stack: StackIndex,
-    thread: LabelId,
-    task: Option<LabelId>,
-    /// `(window, sample, row)` of the last count.
-    row: Option<(u64, Sample, u32)>,
     /// Whose sample with a wall weight this position last counted, in which walk
     /// ([`WindowAggregator::begin_walk`]): what [`WindowAggregator::repeat_raw`] may count again.
     last: Option<(ExecutionKey, u64)>,
+    /// Where the last count went, of the sample `row_sample`.
+    row: Option<RowAt>,
+    row_sample: Option<Sample>,
+    truncated: bool,
+    has_task: bool,
+    frames: Vec<RawFrame>,
+    thread_name: String,
+    task_name: String,
+    stack: StackIndex,
+    thread: LabelId,
+    task: Option<LabelId>,
+}
+
+/// The row a position's last sample was counted in, and whether its stack was truncated.
+#[derive(Debug, Clone, Copy)]
+struct RowAt {
+    window: u64,
+    row: u32,
+    truncated: bool,
 }
 
 impl Recent {
@@ -98,6 +112,18 @@ impl Recent {
                 Some(t) => self.has_task && self.task_name == t,
                 None => !self.has_task,
             }
+    }
+
+    /// Counted in `row` of `window` (or in no row: `None`), as `sample`; call after
+    /// [`Self::remember`].
+    fn set_row(&mut self, window: u64, sample: Sample, row: Option<u32>) {
+        let truncated = self.truncated;
+        self.row = row.map(|row| RowAt {
+            window,
+            row,
+            truncated,
+        });
+        self.row_sample = Some(sample);
     }
 
     /// Copies the raw parts of `s` (reusing this slot's buffers) with their interned `sample`.
@@ -334,11 +360,10 @@ impl WindowAggregator {
                 task: r.task,
             };
             let row = match r.row {
-                Some((w, cached, row)) if w == window && cached == sample => Some(row),
+                Some(at) if at.window == window && r.row_sample == Some(sample) => Some(at.row),
                 _ => {
                     let row = self.row_of(sample, s.weight);
-                    let r = &mut self.recent[slot];
-                    r.row = row.map(|row| (window, sample, row));
+                    self.recent[slot].set_row(window, sample, row);
                     row
                 }
             };
@@ -355,7 +380,7 @@ impl WindowAggregator {
             sample.thread != LabelValues::OTHER && sample.task != Some(LabelValues::OTHER);
         r.interning = if cacheable { interning } else { 0 };
         r.remember(s, sample);
-        r.row = row.map(|row| (window, sample, row));
+        r.set_row(window, sample, row);
         if let Some(row) = row {
             self.bump(row, s.cpu_ns, interval_ns, s.weight);
         }
@@ -370,11 +395,11 @@ impl WindowAggregator {
     /// Counts again, at position `slot` of this walk, standing for `weight` samples of
     /// `interval_ns` each and no CPU time, the sample that [`Self::add_raw`] counted for `key`
     /// at the same position of the previous walk (with a wall weight), if it is in this
-    /// window's rows. Returns its span (already marked sampled by the sample that first filled
-    /// the row in this window, so the sampler does not mark it again), or `None`, counting
-    /// nothing, when there is no such sample: the window closed since, the position held
-    /// another key or was not filled, the previous walk was not begun with
-    /// [`Self::begin_walk`], or the names overflowed their table.
+    /// window's rows. Returns whether it did; it counts nothing (`false`) when there is no
+    /// such sample: the window closed since, the position held another key or was not
+    /// filled, the previous walk was not begun with [`Self::begin_walk`], or the names
+    /// overflowed their table. Its span is not marked sampled again: the sample that first
+    /// filled the row in this window did.
     ///
     /// The caller vouches that the sample it would hand [`Self::add_raw`] now is the same
     /// (stack, names, span, route) as the last one it handed for `key` with a wall weight; a
@@ -392,11 +417,11 @@ impl WindowAggregator {
     /// agg.begin_walk();
     /// agg.add_raw(0, &RawSample::new(key, &frames, "main"), None, LabelValues::BACKGROUND, 10_000_000);
     /// agg.begin_walk();
-    /// assert!(agg.repeat_raw(0, key, 1, 12_000_000).is_some());
+    /// assert!(agg.repeat_raw(0, key, 1, 12_000_000));
     /// // Another thread at that position, or a position not filled last walk: not counted.
     /// agg.begin_walk();
-    /// assert!(agg.repeat_raw(0, ExecutionKey::thread(2), 1, 10_000_000).is_none());
-    /// assert!(agg.repeat_raw(1, key, 1, 10_000_000).is_none());
+    /// assert!(!agg.repeat_raw(0, ExecutionKey::thread(2), 1, 10_000_000));
+    /// assert!(!agg.repeat_raw(1, key, 1, 10_000_000));
     /// let mut spans = span_profile_core::SpanTable::default().drain_window();
     /// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &mut spans);
     /// assert_eq!((p.samples[0].wall_samples, p.samples[0].wall_ns), (2, 22_000_000));
@@ -407,22 +432,26 @@ impl WindowAggregator {
         key: ExecutionKey,
         weight: u32,
         interval_ns: u64,
-    ) -> Option<Option<SpanContext>> {
+    ) -> bool {
         let (interning, window, walk) = (self.interning, self.window, self.walk);
-        let r = self.recent.get_mut(slot)?;
+        let Some(r) = self.recent.get_mut(slot) else {
+            return false;
+        };
         if r.interning != interning || r.last != Some((key, walk.wrapping_sub(1))) {
-            return None;
+            return false;
         }
-        let (w, sample, row) = r.row?;
-        if w != window {
-            return None;
+        let Some(at) = r.row else {
+            return false;
+        };
+        if at.window != window {
+            return false;
         }
         r.last = Some((key, walk));
-        if r.truncated {
+        if at.truncated {
             self.stats.truncated_stacks += 1;
         }
-        self.bump(row, 0, interval_ns, weight);
-        Some(sample.span)
+        self.bump(at.row, 0, interval_ns, weight);
+        true
     }
 
     fn intern_sample(
@@ -1201,6 +1230,21 @@ mod tests {
     /// samples between them, overflow the name table and the row cap, and tick at uneven
     /// intervals.
     #[test]
+    fn what_a_repeat_reads_of_a_position_is_one_cache_line() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<Recent>(), 64);
+        let end = |at: usize, size: usize| at + size;
+        assert!(end(offset_of!(Recent, interning), size_of::<u64>()) <= 64);
+        assert!(
+            end(
+                offset_of!(Recent, last),
+                size_of::<Option<(ExecutionKey, u64)>>()
+            ) <= 64
+        );
+        assert!(end(offset_of!(Recent, row), size_of::<Option<RowAt>>()) <= 64);
+    }
+
+    #[test]
     fn repeat_raw_gives_the_windows_that_add_raw_gives() {
         let (mut fast, mut slow) = (fuzzed(7), fuzzed(7));
         let mut rng = crate::rng::XorShift::new(0x9e37_79b9_7f4a_7c15);
@@ -1265,15 +1309,11 @@ mod tests {
                     let route = LabelId(st.5);
                     slow.add_raw(slot, &s, span, route, interval);
                     if !ran && last[t as usize] == Some(st) {
-                        match fast.repeat_raw(slot, s.key, weight, interval) {
-                            Some(got) => {
-                                assert_eq!(got, span);
-                                repeated += 1;
-                            }
-                            None => {
-                                refused += 1;
-                                fast.add_raw(slot, &s, span, route, interval);
-                            }
+                        if fast.repeat_raw(slot, s.key, weight, interval) {
+                            repeated += 1;
+                        } else {
+                            refused += 1;
+                            fast.add_raw(slot, &s, span, route, interval);
                         }
                     } else {
                         fast.add_raw(slot, &s, span, route, interval);

@@ -436,10 +436,9 @@ impl StackSink for TickSink<'_> {
         // it ends just as a mark would. Marking again cost each waiting thread four loads a
         // tick at random places in the 128 KiB filter: 15% of the sampler thread's time with 64
         // threads waiting in spans (docs/benchmarks.md), for 184 instructions a thread.
-        if sampler
+        if !sampler
             .agg
             .repeat_raw(slot, key, weight, sampler.tick_interval_ns)
-            .is_none()
         {
             return false;
         }

@@ -314,20 +314,46 @@ impl Layout {
         }
     }
 
-    /// Bytes of a `PyThreadState` to copy (covers every field the walker reads).
-    pub(crate) fn tstate_read_size(&self) -> usize {
-        let last = [
+    /// The offsets of the `PyThreadState` fields the thread list reads (8 bytes each).
+    fn tstate_fields(&self) -> [usize; 7] {
+        let (chunk, top) = self.tstate_datastack.unwrap_or((0, 0));
+        [
             self.tstate_next,
             self.tstate_interp,
             self.tstate_frame,
             self.tstate_thread_id,
             self.tstate_native_thread_id.unwrap_or(0),
-            self.tstate_datastack.map_or(0, |(c, t)| c.max(t)),
+            chunk,
+            top,
         ]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
-        last + 8
+    }
+
+    /// Bytes of a `PyThreadState` to copy (covers every field the walker reads).
+    pub(crate) fn tstate_read_size(&self) -> usize {
+        self.tstate_fields().into_iter().max().unwrap_or(0) + 8
+    }
+
+    /// The offsets of the `PyThreadState` fields the thread list needs to find, follow and
+    /// name a thread: not its frame pointer or data stack, read only for a thread walked.
+    fn tstate_list_fields(&self) -> [usize; 4] {
+        [
+            self.tstate_next,
+            self.tstate_interp,
+            self.tstate_thread_id,
+            self.tstate_native_thread_id
+                .unwrap_or(self.tstate_thread_id),
+        ]
+    }
+
+    /// The bytes of a `PyThreadState` that hold the fields the thread list needs
+    /// ([`Layout::tstate_list_fields`]), as a `start..end` offset range: on 3.12, 144 bytes
+    /// where the whole copy is 248. One copy of the range, not one per field: what a copy
+    /// costs is mostly reaching the thread state's memory at all, not its length.
+    pub(crate) fn tstate_list_span(&self) -> std::ops::Range<usize> {
+        let f = self.tstate_list_fields();
+        let start = f.into_iter().min().unwrap_or(0);
+        let end = f.into_iter().max().unwrap_or(0) + 8;
+        start..end
     }
 
     /// Bytes of a `PyCodeObject` to copy (the header fields, not the bytecode).
@@ -597,6 +623,24 @@ mod tests {
         }
         assert!(Layout::for_version(PythonVersion::new(3, 14)).is_none());
         assert!(Layout::for_version(PythonVersion::new(2, 7)).is_none());
+    }
+
+    #[test]
+    fn the_thread_list_reads_the_fields_it_parses_and_no_more() {
+        for minor in 9..=13 {
+            let l = Layout::for_version(PythonVersion::new(3, minor)).unwrap();
+            let span = l.tstate_list_span();
+            assert!(span.end <= l.tstate_read_size(), "3.{minor}: {span:?}");
+            for f in l.tstate_list_fields() {
+                assert!(
+                    span.start <= f && f + 8 <= span.end,
+                    "3.{minor}: {f} {span:?}"
+                );
+            }
+        }
+        // 3.12: from next to native_thread_id; not the frame pointer's line or the data stack's.
+        let l = Layout::for_version(PythonVersion::new(3, 12)).unwrap();
+        assert_eq!(l.tstate_list_span(), 8..152);
     }
 
     #[test]

@@ -35,6 +35,7 @@ use std::sync::atomic::{fence, AtomicI32, Ordering};
 use std::sync::Once;
 
 use super::code::AddrHasher;
+use super::memory::prefetch;
 
 /// A page is opened for a thread after this many consecutive real reads found it off CPU.
 pub(crate) const OPEN_AFTER: u32 = 8;
@@ -125,11 +126,18 @@ fn unregister_fd(fd: i32) {
     }
 }
 
-/// A task-clock event on one thread and its mapped metadata page.
+/// A task-clock event on one thread and its mapped metadata page (one page long: [`page_len`]).
+/// Sixteen bytes, and an `Option<Page>` too, so that a slot's page and the fields read with it
+/// share a cache line ([`Slot`]).
 struct Page {
+    map: std::ptr::NonNull<libc::c_void>,
     fd: i32,
-    map: *mut libc::c_void,
-    len: usize,
+}
+
+/// The length of a page's mapping: the system's page size.
+fn page_len() -> usize {
+    // SAFETY: `sysconf` has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
 }
 
 // SAFETY: `map` is a read-only shared mapping owned by this value alone (unmapped exactly once,
@@ -173,8 +181,7 @@ impl Page {
                 .unwrap_or(libc::EINVAL));
         }
         let fd = fd as i32;
-        // SAFETY: `sysconf` has no preconditions.
-        let len = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = page_len();
         // SAFETY: (1) `fd` is the perf event just opened; mapping its first page read-only
         // and shared is what the perf ABI offers (no data pages follow: we sample nothing).
         // (2) A failure is reported as MAP_FAILED, handled below.
@@ -200,7 +207,16 @@ impl Page {
         // SAFETY: (1) `map` and `len` are the mapping just made. (2) Failure only means the
         // child inherits the mapping, which it never reads.
         unsafe { libc::madvise(map, len, libc::MADV_DONTFORK) };
-        let page = Self { fd, map, len };
+        let Some(map) = std::ptr::NonNull::new(map) else {
+            // A mapping at address 0 (only with `mmap_min_addr` 0): refused, and undone.
+            // SAFETY: the mapping and `fd` are ours, each released exactly once.
+            unsafe {
+                libc::munmap(map, len);
+                libc::close(fd);
+            }
+            return Err(libc::EINVAL);
+        };
+        let page = Self { map, fd };
         if !register_fd(fd) {
             drop(page);
             return Err(libc::EMFILE);
@@ -217,7 +233,13 @@ impl Page {
         // and `lock` lies at a 4-aligned offset well inside it. (2) The kernel writes it
         // concurrently: a volatile read of an aligned u32 is a single load and cannot tear.
         unsafe {
-            std::ptr::read_volatile(self.map.cast::<u8>().add(PAGE_LOCK_OFFSET).cast::<u32>())
+            std::ptr::read_volatile(
+                self.map
+                    .as_ptr()
+                    .cast::<u8>()
+                    .add(PAGE_LOCK_OFFSET)
+                    .cast::<u32>(),
+            )
         }
     }
 }
@@ -225,35 +247,40 @@ impl Page {
 impl Drop for Page {
     fn drop(&mut self) {
         unregister_fd(self.fd);
-        // SAFETY: (1) `map` and `len` are the mapping `open` made, unmapped exactly once, here.
-        // (2) `fd` is ours and closed exactly once.
+        // SAFETY: (1) `map` and `page_len()` are the mapping `open` made (the page size does
+        // not change while a process runs), unmapped exactly once, here. (2) `fd` is ours and
+        // closed exactly once.
         unsafe {
-            libc::munmap(self.map, self.len);
+            libc::munmap(self.map.as_ptr(), page_len());
             libc::close(self.fd);
         }
     }
 }
 
 /// What the watch knows of one thread.
+///
+/// A waiting thread's saved read (most of its ticks) reads and writes only the fields up to
+/// `busy_samples` and its page's sequence: they come first, and a slot is one cache line.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct Slot {
-    tstate: u64,
-    tid: u32,
     page: Option<Page>,
     /// The clock at the last real read.
     clock_ns: u64,
+    last_tick: u64,
     /// The page's sequence read just before that read (when it had a page).
     seq: u32,
+    /// Real reads saved in a row.
+    saved: u32,
+    /// Consecutive samples that found the thread scheduled in since the one before.
+    busy_samples: u32,
     /// That read found the clock unmoved since the one before, with `seq` read in between:
     /// the thread was off CPU when `seq` was read.
     off_cpu: bool,
     /// Consecutive real reads that found the thread off CPU.
     quiet_reads: u32,
-    /// Consecutive samples that found the thread scheduled in since the one before.
-    busy_samples: u32,
-    /// Real reads saved in a row.
-    saved: u32,
-    last_tick: u64,
+    tid: u32,
+    tstate: u64,
 }
 
 /// How a thread's CPU clock was had.
@@ -303,6 +330,20 @@ impl SchedWatch {
             failures: 0,
             enabled,
             swept_at: 0,
+        }
+    }
+
+    /// Asks for the line of each open page's sequence count, before a tick reads them one by
+    /// one ([`crate::walker::memory::prefetch`]): each page is a mapping of its own, so each
+    /// read would otherwise wait for its own miss (and page walk) in turn.
+    pub(crate) fn prefetch_pages(&self) {
+        if !self.enabled {
+            return;
+        }
+        for s in &self.slots {
+            if let Some(p) = &s.page {
+                prefetch((p.map.as_ptr() as u64).wrapping_add(PAGE_LOCK_OFFSET as u64));
+            }
         }
     }
 
@@ -564,6 +605,13 @@ mod tests {
             drop(self.run);
             self.handle.join().unwrap();
         }
+    }
+
+    #[test]
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Option<Page>>(), 16);
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+        assert_eq!(std::mem::align_of::<Slot>(), 64);
     }
 
     #[test]

@@ -68,8 +68,15 @@ span_profile_core::counters! {
 }
 
 /// Adds `n` to `c` (`Relaxed`, see [`WalkerCounters`]); skips the write when `n` is 0.
+///
+/// A load and a store, not a locked add: a walker is the only writer of its counters (it
+/// bumps them on the thread that walks, from `&mut self`; the `Arc` it shares gives others a
+/// read), so no update can come in between. A locked add would be correct too, but on x86 it
+/// is a full barrier that waits for every store before it, and a waiting thread's tick makes
+/// several stores that miss the cache (its stack-cache entry, its position in the aggregator,
+/// its row), which the barriers would wait for one by one.
 pub(super) fn bump(c: &AtomicU64, n: u64) {
     if n != 0 {
-        c.fetch_add(n, Ordering::Relaxed);
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 }

@@ -230,30 +230,39 @@ pub(crate) fn tid_from_pthread(reader: &dyn MemoryReader, pthread: u64) -> Resul
 
 /// One thread's last walked stack, kept so a thread that has not run since can be reported
 /// again without reading its frames.
+///
+/// What [`StackCache::unchanged`] reads, a waiting thread's every tick, comes first and fits
+/// one cache line, which each entry starts on; the stack seen running, the prefetch addresses
+/// and the contexts behind it are read only when a sample is built.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct CachedStack {
-    pub(crate) thread_id: u64,
     /// The thread-state address and OS tid it was captured under (a new thread reusing the
     /// `pthread_t` has a new tid, so it never matches a stale entry).
     pub(crate) tstate: u64,
-    pub(crate) tid: u32,
     /// The thread's CPU clock read before its frames were copied.
     pub(crate) cpu_ns: u64,
+    /// The tick this entry was last used in (for eviction).
+    pub(crate) last_used: u64,
     pub(crate) frames: Vec<RawFrame>,
+    pub(crate) tid: u32,
     pub(crate) truncated: bool,
+    /// `resolution` is `Some`, and had a task tag: copies kept with the fields above, so that a
+    /// stack reported again reads one line ([`CachedStack::set_resolution`] writes all three).
+    reusable: bool,
+    has_task: bool,
+    pub(crate) thread_id: u64,
+    /// What the thread's context held when these frames were copied (`None`: it changed
+    /// during the copy, and the copy is not reported again). Valid as long as the stack is: a
+    /// thread that has not run has not entered another context or set a variable either.
+    resolution: Option<Resolution>,
+    /// The context of the thread's last walk whose context was read whole: `resolution`, or
+    /// the one before when that copy's context changed while it was made.
+    pub(crate) last_resolution: Option<Resolution>,
     /// Frames of the last walk that were read one by one (outside the copied data stack):
     /// prefetched together in one read on the next walk.
     pub(crate) outside: [u64; MAX_OUTSIDE],
     pub(crate) n_outside: usize,
-    /// The tick this entry was last used in (for eviction).
-    pub(crate) last_used: u64,
-    /// What the thread's context held when these frames were copied (`None`: it changed
-    /// during the copy, and the copy is not reported again). Valid as long as the stack is: a
-    /// thread that has not run has not entered another context or set a variable either.
-    pub(crate) resolution: Option<Resolution>,
-    /// The context of the thread's last walk whose context was read whole: `resolution`, or
-    /// the one before when that copy's context changed while it was made.
-    pub(crate) last_resolution: Option<Resolution>,
     /// The stack of the last walk that found the thread running (its CPU clock moved while
     /// its frames were copied), with its truncation and context: where the CPU of a later
     /// sample that finds the thread off CPU is charged (ADR 0019), and its context: valid if
@@ -261,6 +270,33 @@ pub(crate) struct CachedStack {
     pub(crate) running: Vec<RawFrame>,
     pub(crate) running_truncated: bool,
     pub(crate) running_resolution: Option<Resolution>,
+}
+
+impl CachedStack {
+    /// Sets `resolution` and the copies kept beside the stack.
+    fn set_resolution(&mut self, r: Option<Resolution>) {
+        self.resolution = r;
+        self.reusable = r.is_some();
+        self.has_task = r.is_some_and(|r| r.has_task());
+    }
+}
+
+/// A thread's stack that [`StackCache::unchanged`] found still current: what a sample counted
+/// again needs, with the context read only for a sample built again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Unchanged<'a> {
+    pub(crate) frames: &'a [RawFrame],
+    pub(crate) truncated: bool,
+    /// Its context had a task tag (a task's name is kept apart, so such a sample is built).
+    pub(crate) has_task: bool,
+    entry: &'a CachedStack,
+}
+
+impl Unchanged<'_> {
+    /// What the thread's context held when the stack was copied.
+    pub(crate) fn resolution(&self) -> Option<Resolution> {
+        self.entry.resolution
+    }
 }
 
 /// One walk's copy of a thread's stack, as [`StackCache::store`] keeps it.
@@ -309,15 +345,20 @@ impl StackCache {
         tid: u32,
         cpu_ns: u64,
         tick: u64,
-    ) -> Option<(&[RawFrame], bool, Resolution)> {
+    ) -> Option<Unchanged<'_>> {
         let &i = self.by_thread.get(&thread_id)?;
         let e = self.entries.get_mut(i)?;
-        if e.tstate != tstate || e.tid != tid || e.cpu_ns != cpu_ns || tid == 0 {
+        if e.tstate != tstate || e.tid != tid || e.cpu_ns != cpu_ns || tid == 0 || !e.reusable {
             return None;
         }
-        let r = e.resolution?;
         e.last_used = tick;
-        Some((e.frames.as_slice(), e.truncated, r))
+        let e = &*e;
+        Some(Unchanged {
+            frames: e.frames.as_slice(),
+            truncated: e.truncated,
+            has_task: e.has_task,
+            entry: e,
+        })
     }
 
     /// The out-of-data-stack frame addresses of `thread_id`'s last walk (copied into `out`;
@@ -369,6 +410,8 @@ impl StackCache {
                     outside: [0; MAX_OUTSIDE],
                     n_outside: 0,
                     last_used: tick,
+                    reusable: false,
+                    has_task: false,
                     resolution: None,
                     last_resolution: None,
                     running: Vec::with_capacity(self.depth),
@@ -413,7 +456,7 @@ impl StackCache {
             let k = outside.len().min(MAX_OUTSIDE);
             e.outside[..k].copy_from_slice(&outside[..k]);
             e.n_outside = k;
-            e.resolution = resolution;
+            e.set_resolution(resolution);
             if resolution.is_some() {
                 e.last_resolution = resolution;
             }
@@ -508,14 +551,21 @@ mod tests {
     }
 
     #[test]
+    fn what_a_stack_reported_again_reads_is_one_cache_line() {
+        use std::mem::{align_of, offset_of};
+        assert_eq!(align_of::<CachedStack>(), 64);
+        assert!(offset_of!(CachedStack, has_task) < 64);
+        assert!(offset_of!(CachedStack, frames) + std::mem::size_of::<Vec<RawFrame>>() <= 64);
+    }
+
+    #[test]
     fn stack_cache_reuses_only_unchanged_threads() {
         let f = |id| RawFrame { id, line: 1 };
         let mut c = StackCache::new(2, 4);
         assert!(c.unchanged(1, 10, 100, 5, 0).is_none());
         c.store((1, 10, 100, 5), copy(&[f(1), f(2)], &[7, 8], true), 0);
         assert_eq!(
-            c.unchanged(1, 10, 100, 5, 1)
-                .map(|(frames, _, _)| frames.len()),
+            c.unchanged(1, 10, 100, 5, 1).map(|u| u.frames.len()),
             Some(2)
         );
         assert!(c.unchanged(1, 10, 100, 6, 1).is_none()); // ran since
@@ -533,8 +583,8 @@ mod tests {
         };
         c.store((3, 30, 300, 1), truncated, 3); // evicts 1 (least recently used)
         assert!(c.unchanged(1, 10, 100, 5, 4).is_none());
-        let (frames, truncated, _) = c.unchanged(3, 30, 300, 1, 4).unwrap();
-        assert_eq!((frames.len(), truncated), (4, true));
+        let u = c.unchanged(3, 30, 300, 1, 4).unwrap();
+        assert_eq!((u.frames.len(), u.truncated), (4, true));
         assert!(c.unchanged(2, 20, 200, 1, 4).is_some());
     }
 
@@ -547,8 +597,7 @@ mod tests {
         c.store((1, 10, 100, 5), copy(&[f(1), f(2)], &[], true), 0);
         c.store((1, 10, 100, 6), copy(&[f(3)], &[], false), 1);
         assert_eq!(
-            c.unchanged(1, 10, 100, 6, 2)
-                .map(|(frames, _, _)| frames[0]),
+            c.unchanged(1, 10, 100, 6, 2).map(|u| u.frames[0]),
             Some(f(3))
         );
         let (frames, truncated, _) = c.last_running(1, 10, 100).unwrap();

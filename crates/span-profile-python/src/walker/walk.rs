@@ -17,7 +17,7 @@ use super::layout::{
     check_debug_offsets, GilAt, Layout, LayoutError, PythonVersion, CONTEXT_VARS, GIL_LAST_HOLDER,
     GIL_LOCKED,
 };
-use super::memory::{field_i32, field_u64, MemoryReader, ProcessVmReader, ReadError};
+use super::memory::{field_i32, field_u64, prefetch, MemoryReader, ProcessVmReader, ReadError};
 use super::namebuf::NameBuf;
 use super::object_table::SpanObjectTable;
 use super::sched::{ClockRead, SchedWatch};
@@ -134,8 +134,10 @@ struct ThreadRef {
     interp: u64,
     thread_id: u64,
     native: u64,
+    /// Its frame pointer (`frame` or `cframe`) and its `datastack_chunk` / `datastack_top`
+    /// (3.11+; 0 otherwise): not read by the listing, but when the thread is walked, after
+    /// its CPU clock ([`PythonWalker::refresh_before_walk`]).
     frame_field: u64,
-    /// `datastack_chunk` / `datastack_top` (3.11+; 0 otherwise).
     chunk: u64,
     top: u64,
 }
@@ -162,9 +164,10 @@ pub struct PythonWalker<R> {
     pub(crate) ctx: ContextReader,
     /// Threads chosen for this tick (reservoir, `max_threads` long at most).
     chosen: Vec<ThreadRef>,
-    /// The first interpreter's thread-state addresses at the last listing, in list order: the
-    /// next listing reads them all in one batched read ([`MemoryReader::read_scatter`]) and
-    /// follows the list through the copies for as long as it is unchanged.
+    /// The first interpreter's thread-state addresses at the last listing, in list order: when
+    /// reads are system calls, the next listing reads them all in one batched read
+    /// ([`MemoryReader::read_scatter`]) and follows the list through the copies for as long as
+    /// it is unchanged.
     listed: Vec<u64>,
     /// This listing's addresses (becomes `listed`).
     listing: Vec<u64>,
@@ -182,6 +185,13 @@ pub struct PythonWalker<R> {
     /// sample counted again by the sink without being named (ADR 0035).
     names_generation: u64,
     names_stable: bool,
+    /// This tick's reads are in-process copies ([`MemoryReader::begin_tick`]): then the thread
+    /// list is not batched, each thread state is copied straight to where it is parsed, and the
+    /// batch buffer (`tstate_read_size()` bytes a thread, written and read again) stays out of
+    /// the cache lines a tick touches.
+    direct: bool,
+    /// The part of a thread state the listing copies when reads are direct.
+    tstate_span: std::ops::Range<usize>,
 }
 
 impl PythonWalker<GuardedReader> {
@@ -277,6 +287,8 @@ impl<R: MemoryReader> PythonWalker<R> {
             tick: 0,
             names_generation: u64::MAX,
             names_stable: false,
+            direct: false,
+            tstate_span: layout.tstate_list_span(),
             config,
         })
     }
@@ -410,6 +422,24 @@ impl<R: MemoryReader> PythonWalker<R> {
         }
     }
 
+    /// Asks for the lines of the last listing's thread states that this listing will copy
+    /// ([`crate::walker::memory::prefetch`]): a thread state lives apart from the others, and
+    /// copying one costs mostly the wait for its memory, so the waits overlap instead of
+    /// following one another (with 120 parked threads, one copy each a tick was a fifth of the
+    /// sampler's time by `perf record`). Addresses that are no longer thread states cost a
+    /// wasted hint, nothing else.
+    fn prefetch_thread_states(&self) {
+        let span = &self.tstate_span;
+        for &tstate in &self.listed {
+            let mut at = span.start;
+            while at < span.end {
+                prefetch(tstate.wrapping_add(at as u64));
+                at += 64;
+            }
+            prefetch(tstate.wrapping_add(span.end as u64 - 1));
+        }
+    }
+
     /// Reads every thread state of every interpreter (bounded) and keeps a uniform sample of
     /// `max_threads` of them in `self.chosen` (reservoir sampling, Algorithm R). Returns how
     /// many threads were seen, and the failure that stopped the listing early, if any.
@@ -448,11 +478,12 @@ impl<R: MemoryReader> PythonWalker<R> {
             }
             let mut tstate = u64::from_le_bytes(b);
             let mut prev_tstate = 0u64;
-            // The first interpreter's list as it was at the last tick, read in one go; each
-            // copy is used only while the list is followed to the same address.
+            // The first interpreter's list as it was at the last tick, read in one go when reads
+            // are system calls; each copy is used only while the list is followed to the same
+            // address.
             let first = n_interp == 0;
             let mut batched = 0usize;
-            if first && self.listed.first() == Some(&tstate) {
+            if first && !self.direct && self.listed.first() == Some(&tstate) {
                 batched = self.listed.len();
                 self.listed_buf.resize(batched * size, 0);
                 self.listed_ok.resize(batched, false);
@@ -482,7 +513,9 @@ impl<R: MemoryReader> PythonWalker<R> {
                     }
                     _ => {
                         batched = 0; // the list changed here: read the rest one by one
-                        if self.reader.read(tstate, tb).is_err() {
+                        if read_tstate(&self.reader, self.direct, &self.tstate_span, tstate, tb)
+                            .is_err()
+                        {
                             return Err((seen, ThreadFailure::Invalid));
                         }
                     }
@@ -494,17 +527,13 @@ impl<R: MemoryReader> PythonWalker<R> {
                     // Torn list or a wrong offset: do not follow `next` from garbage.
                     return Err((seen, ThreadFailure::Invalid));
                 }
-                let (chunk, top) = l
-                    .tstate_datastack
-                    .map_or((0, 0), |(c, t)| (field_u64(tb, c), field_u64(tb, t)));
+                // The frame pointer and data-stack bounds are read when the thread is walked.
                 let t = ThreadRef {
                     tstate,
                     interp,
                     thread_id: field_u64(tb, l.tstate_thread_id),
                     native: l.tstate_native_thread_id.map_or(0, |o| field_u64(tb, o)),
-                    frame_field: field_u64(tb, l.tstate_frame),
-                    chunk,
-                    top,
+                    ..ThreadRef::default()
                 };
                 let next = field_u64(tb, l.tstate_next);
                 // The profiler's own threads are not the application's: neither sampled nor
@@ -551,19 +580,24 @@ impl<R: MemoryReader> PythonWalker<R> {
     ///
     /// The thread's span-boundary count is read first of all, so that a span started or
     /// ended at any point of the copy drops the sample too.
-    fn refresh_before_walk(&mut self, t: &mut ThreadRef) {
+    ///
+    /// The listing does not read the frame pointer and data-stack bounds (a thread that has
+    /// not run needs neither): they are read here, after the thread's CPU clock, for every
+    /// thread walked. Returns false when they could not be read.
+    fn refresh_before_walk(&mut self, t: &mut ThreadRef) -> bool {
         let boundaries = self.ctx.span_boundaries(t.thread_id);
         let found = self.ctx.look_before(&self.reader, t.tstate);
-        self.refresh_pointers(t);
+        let read = self.refresh_pointers(t);
         self.ctx.expect_after(found, boundaries);
+        read
     }
 
     /// [`Self::refresh_before_walk`] but for the full lookup before it.
-    fn refresh_pointers(&mut self, t: &mut ThreadRef) {
+    fn refresh_pointers(&mut self, t: &mut ThreadRef) -> bool {
         let l = self.layout;
         let Some(ctx_off) = self.ctx.context_offset() else {
             self.ctx.forget_before();
-            return;
+            return self.read_pointers(t);
         };
         let (mut lo, mut hi) = (ctx_off.min(l.tstate_frame), ctx_off.max(l.tstate_frame));
         if let Some((c, top)) = l.tstate_datastack {
@@ -572,8 +606,9 @@ impl<R: MemoryReader> PythonWalker<R> {
         }
         let mut buf = [0u8; TSTATE_BUF];
         let Some(b) = buf.get_mut(..hi + 8 - lo) else {
-            // Fields too far apart for one read (no known layout): context only.
-            return self.ctx.before(&self.reader, t.tstate);
+            // Fields too far apart for one read (no known layout): the context on its own.
+            self.ctx.before(&self.reader, t.tstate);
+            return self.read_pointers(t);
         };
         let guess = self.ctx.last_context(t.tstate);
         let mut v = [0u8; 8];
@@ -591,7 +626,7 @@ impl<R: MemoryReader> PythonWalker<R> {
         };
         if read.is_err() {
             self.ctx.forget_before();
-            return;
+            return self.read_pointers(t);
         }
         let ctx = field_u64(b, ctx_off - lo);
         t.frame_field = field_u64(b, l.tstate_frame - lo);
@@ -601,6 +636,34 @@ impl<R: MemoryReader> PythonWalker<R> {
         }
         let vars = vars.is_ok().then(|| u64::from_le_bytes(v));
         self.ctx.observe_before(t.tstate, ctx, vars);
+        true
+    }
+
+    /// Reads the thread's frame pointer and data-stack bounds, in one read; false if it failed.
+    fn read_pointers(&self, t: &mut ThreadRef) -> bool {
+        let l = self.layout;
+        let (mut lo, mut hi) = (l.tstate_frame, l.tstate_frame);
+        if let Some((c, top)) = l.tstate_datastack {
+            lo = lo.min(c).min(top);
+            hi = hi.max(c).max(top);
+        }
+        let mut buf = [0u8; TSTATE_BUF];
+        let Some(b) = buf.get_mut(..hi + 8 - lo) else {
+            return false;
+        };
+        if self
+            .reader
+            .read(t.tstate.wrapping_add(lo as u64), b)
+            .is_err()
+        {
+            return false;
+        }
+        t.frame_field = field_u64(b, l.tstate_frame - lo);
+        if let Some((c, top)) = l.tstate_datastack {
+            t.chunk = field_u64(b, c - lo);
+            t.top = field_u64(b, top - lo);
+        }
+        true
     }
 
     fn walk_thread(&mut self, sink: &mut dyn StackSink, mut t: ThreadRef, weight: u32) {
@@ -633,31 +696,33 @@ impl<R: MemoryReader> PythonWalker<R> {
             // its Python stack is the same: report the copy without reading frames. Nor has it
             // entered another context or set a variable: the span and task found with the copy
             // still hold, and its context is not read again.
-            if let Some((frames, truncated, r)) =
-                self.stacks
-                    .unchanged(t.thread_id, t.tstate, tid, ns, self.tick)
+            if let Some(u) = self
+                .stacks
+                .unchanged(t.thread_id, t.tstate, tid, ns, self.tick)
             {
                 bump(&self.counters.reused_stacks, 1);
                 bump(&self.counters.samples, 1);
-                bump(&self.counters.frames, frames.len() as u64);
-                if truncated {
+                bump(&self.counters.frames, u.frames.len() as u64);
+                if u.truncated {
                     bump(&self.counters.truncated, 1);
                 }
                 let key = ExecutionKey::thread(t.thread_id);
                 // Nothing of the sample can have changed since the last: not the stack or the
                 // span (the thread has not run), nor its name (the registry has not changed).
                 // A task's name is kept elsewhere, so a sample with a task is built again.
-                if self.names_stable && !r.has_task() && sink.repeat(key, weight) {
+                if self.names_stable && !u.has_task && sink.repeat(key, weight) {
                     bump(&self.counters.repeated_samples, 1);
                     return;
                 }
                 if !named {
                     self.registry.lookup(t.thread_id, &mut self.name);
                 }
-                let sample = RawSample::new(key, frames, self.name.as_str())
-                    .with_truncated(truncated)
-                    .with_weight(weight);
-                self.ctx.emit_resolved(r, sink, sample);
+                if let Some(r) = u.resolution() {
+                    let sample = RawSample::new(key, u.frames, self.name.as_str())
+                        .with_truncated(u.truncated)
+                        .with_weight(weight);
+                    self.ctx.emit_resolved(r, sink, sample);
+                }
                 return;
             }
         }
@@ -668,7 +733,9 @@ impl<R: MemoryReader> PythonWalker<R> {
         // a lock attempt or a few): `runs_now` measures from here, over the frames' copy. Not
         // read for a thread reported from its copy.
         let cpu_read_at = monotonic_ns();
-        self.refresh_before_walk(&mut t);
+        if !self.refresh_before_walk(&mut t) {
+            return self.fail(sink, ThreadFailure::Invalid);
+        }
         let mut frame = t.frame_field;
         if let Some(off) = l.cframe_current_frame {
             if frame != 0 {
@@ -848,6 +915,23 @@ impl<R: MemoryReader> PythonWalker<R> {
     }
 }
 
+/// Copies the thread state at `tstate` into `tb` (`tstate_read_size()` bytes): whole in one read
+/// when reads are system calls, else only `span`, the part that holds the fields the listing
+/// parses (the rest of `tb` is left as it was, and never parsed).
+fn read_tstate<R: MemoryReader>(
+    reader: &R,
+    direct: bool,
+    span: &std::ops::Range<usize>,
+    tstate: u64,
+    tb: &mut [u8],
+) -> Result<(), ReadError> {
+    if !direct {
+        return reader.read(tstate, tb);
+    }
+    let part = tb.get_mut(span.clone()).ok_or(ReadError::Invalid)?;
+    reader.read(tstate.wrapping_add(span.start as u64), part)
+}
+
 /// The OS tid a thread state carries (`native_thread_id`, 3.11+), if it does: then the walker
 /// needs the registry only for the thread's name.
 fn tid_in_state(native: u64) -> Option<u32> {
@@ -857,7 +941,8 @@ fn tid_in_state(native: u64) -> Option<u32> {
 impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
     fn walk(&mut self, sink: &mut dyn StackSink) {
         bump(&self.counters.ticks, 1);
-        if self.reader.begin_tick() {
+        self.direct = self.reader.begin_tick();
+        if self.direct {
             bump(&self.counters.direct_ticks, 1);
         }
         self.tick = self.tick.wrapping_add(1);
@@ -866,6 +951,10 @@ impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
         self.names_stable = generation == self.names_generation;
         self.names_generation = generation;
         self.cpu.begin_tick(monotonic_ns());
+        if self.direct {
+            self.prefetch_thread_states();
+            self.sched.prefetch_pages();
+        }
         self.walk_all(sink);
     }
 
