@@ -6,7 +6,7 @@ Each run is a fresh interpreter under `valgrind --tool=callgrind --separate-thre
 THREADS threads parked in `Event.wait()` (with --in-span, inside a SERVER span and a child, as
 a request thread waiting on I/O is) and the agent at 100 Hz, budget off, for SHORT and then
 LONG seconds; the sampler's count is its thread's (the one whose profile runs the core's
-`Sampler`). Instructions per tick is the difference between the two runs over the difference
+`TickSink`). Instructions per tick is the difference between the two runs over the difference
 in ticks, so start-up and warm-up cancel out.
 
     python benches/overhead/sampler_instructions.py --python A/bin/python [--against B/bin/python] \\
@@ -20,8 +20,10 @@ With --cache-sim, callgrind also simulates the caches (its L1 and last level, th
 sizes) and the sampler's data-cache misses a tick are printed beside its instructions. With
 --evict MB as well, a thread of the child (marked as the profiler's own, so not walked) copies
 MB MiB over and over, so that between two ticks the sampler's lines are evicted as a service's
-work evicts them: its L1 data misses a tick are then about the lines it touches a tick, what a
-change of layout cuts and instructions do not show.
+work evicts them. Under valgrind that thread's timing makes the counts swing by a quarter
+between runs of one build; without it, 64 parked threads' state already overflows the
+simulated 32 KiB L1 from one tick to the next, so the misses a parked thread a tick are about
+the lines its tick touches: what a change of layout cuts and instructions do not show.
 
 Notes: callgrind counts each iteration of `rep movsb` (the guarded copy, ADR 0009) as one
 instruction, so copies weigh far more here than on the CPU; compare builds with each other, not
@@ -47,7 +49,8 @@ if evict_mb:
         # Not walked: the profiler's own threads are neither sampled nor counted, so the
         # sampler's counts a tick are the parked threads' and its own, not this copy's stack.
         from span_profile import _native
-        _native.mark_own_thread()
+        if not _native.mark_own_thread():
+            raise SystemExit("no room to mark the evicting thread as the profiler's own")
         src, dst = bytes(evict_mb << 20), bytearray(evict_mb << 20)
         view = memoryview(dst)
         while True:
@@ -87,9 +90,10 @@ def run(python, threads, seconds, in_span, cache_sim=False, evict_mb=0, keep=Non
 
 def is_sampler(path):
     """Whether the callgrind file of one thread is the sampler's: the thread that runs the
-    core's `Sampler` (its ticks' sink, its window closes)."""
+    core's `TickSink`, each tick's sink."""
     with open(path) as fh:
-        return any(line.startswith(("fn=", "cfn=")) and "runtime::sampler::" in line for line in fh)
+        return any(line.startswith(("fn=", "cfn=")) and "runtime::sampler::TickSink" in line
+                   for line in fh)
 
 
 def summary(path):

@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
 """The sampler thread's user-space and kernel time a tick, by `perf record`, builds alternated.
 
-The sampler's CPU a tick (`idle_threads.py`) includes its wake-up, 30-70 µs a tick that swings
+The sampler's CPU a tick (`idle_threads.py`) includes its wake-up, 20-100 µs a tick that swings
 from run to run by more than a change to the walk moves; this counts `perf record -e cpu-clock`
 samples of the sampler thread (`span-profile-sa…`) and splits them into user space (the walk,
 the sink, the aggregation) and the kernel (mostly the wake-up), per tick. Each run is a fresh
 interpreter with THREADS threads parked in `Event.wait()` and the agent at 100 Hz, budget off;
-after 3 s of warm-up it is recorded for SECONDS at 20 kHz. Builds (the venvs of their wheels)
+after 3 s of warm-up it is recorded for SECONDS, a sample every 50 µs of CPU. Builds (the venvs of their wheels)
 run in turn, A B A B, each round in a swapped order; the paired ratios are each build's against
 A's of the same round.
 
     python benches/overhead/sampler_perf.py --python A/bin/python --against B/bin/python \\
         [--threads 120] [--rounds 5] [--seconds 8] [--top 8]
 
-Needs `perf` and a kernel that lets this user record its own processes
-(`perf_event_paranoid` 2 or lower). With --top N each run also prints the sampler's N busiest
-symbols.
+Needs `perf`, and root or `perf_event_paranoid` 1 or lower: at 2, perf records user space only
+and the kernel column would read 0 (the script refuses). With --top N each run also prints the
+sampler's N busiest symbols.
 """
 import argparse
 import os
@@ -45,7 +45,22 @@ parked.set()
 agent.stop()
 """
 
-PERIOD_US = 50  # -F 20000
+PERIOD_NS = 50_000  # `-c`: a sample every 50 µs of the task's CPU clock, whatever the kernel's
+# cap on sampling frequencies (`-F` would be throttled to it, silently)
+
+
+def check_perf_allowed():
+    """Exits with what to do when perf could not record the sampler's kernel time."""
+    if os.geteuid() == 0:
+        return
+    try:
+        with open("/proc/sys/kernel/perf_event_paranoid") as fh:
+            level = int(fh.read())
+    except (OSError, ValueError):
+        return
+    if level > 1:
+        raise SystemExit("perf_event_paranoid is %d: perf would record user space only. Run as "
+                         "root, or: sudo sysctl kernel.perf_event_paranoid=1" % level)
 
 
 def run(python, threads, seconds, top):
@@ -61,10 +76,16 @@ def run(python, threads, seconds, top):
                 raise SystemExit("the child interpreter did not start its agent (exit %s)"
                                  % child.returncode)
             time.sleep(0.02)
-        subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "20000",
-                        "-p", str(child.pid), "-o", data, "--", "sleep", str(seconds)],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        out, _ = child.communicate(timeout=60)
+        try:
+            rec = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-c", str(PERIOD_NS),
+                                  "-p", str(child.pid), "-o", data, "--", "sleep", str(seconds)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if rec.returncode != 0:
+                raise SystemExit("perf record failed: " + rec.stderr.strip())
+            out, _ = child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
         ticks = int(next(line.split()[1] for line in out.splitlines() if line.startswith("TICKS")))
         report = subprocess.run(
             ["perf", "report", "-i", data, "--comm", "span-profile-sa", "--no-children",
@@ -84,7 +105,7 @@ def run(python, threads, seconds, top):
             rows.append((n, " ".join(parts[2:])))
         if not ticks or not user:
             raise SystemExit("no ticks or no sampler samples recorded: is perf allowed here?")
-        scale = PERIOD_US / ticks
+        scale = PERIOD_NS / 1000 / ticks
         rows.sort(reverse=True)
         return user * scale, kernel * scale, [(n * scale, s) for n, s in rows[:top]]
 
@@ -99,6 +120,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=0)
     args = ap.parse_args()
+    check_perf_allowed()
     if args.rounds < 1 or args.seconds <= 0 or args.threads < 0:
         ap.error("--rounds must be 1 or more, --seconds above 0, --threads 0 or more")
     arms = [args.python] + args.against

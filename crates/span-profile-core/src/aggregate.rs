@@ -1223,12 +1223,6 @@ mod tests {
         }
     }
 
-    /// `repeat_raw` is only a shortcut too: a walker that repeats every sample it may (one the
-    /// same as the key's last with a wall weight, no CPU) and hands the whole sample when
-    /// refused gets the windows of one that hands every sample to `add_raw`; over walks whose
-    /// threads change their stacks, names and spans, change places, drop out, get CPU-only
-    /// samples between them, overflow the name table and the row cap, and tick at uneven
-    /// intervals.
     #[test]
     fn what_a_repeat_reads_of_a_position_is_one_cache_line() {
         use std::mem::{align_of, offset_of, size_of};
@@ -1244,6 +1238,12 @@ mod tests {
         assert!(end(offset_of!(Recent, row), size_of::<Option<RowAt>>()) <= 64);
     }
 
+    /// `repeat_raw` is only a shortcut too: a walker that repeats every sample it may (one the
+    /// same as the key's last with a wall weight, no CPU) and hands the whole sample when
+    /// refused gets the windows of one that hands every sample to `add_raw`; over walks whose
+    /// threads change their stacks, names and spans, change places, drop out, get CPU-only
+    /// samples between them, overflow the name table and the row cap, and tick at uneven
+    /// intervals.
     #[test]
     fn repeat_raw_gives_the_windows_that_add_raw_gives() {
         let (mut fast, mut slow) = (fuzzed(7), fuzzed(7));

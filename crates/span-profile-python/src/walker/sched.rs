@@ -259,8 +259,8 @@ impl Drop for Page {
 
 /// What the watch knows of one thread.
 ///
-/// A waiting thread's saved read (most of its ticks) reads and writes only the fields up to
-/// `busy_samples` and its page's sequence: they come first, and a slot is one cache line.
+/// A slot is one cache line (with a 16-byte `Page`), so a waiting thread's saved read (most of
+/// its ticks) reads one line of the table and its page's sequence.
 #[derive(Debug)]
 #[repr(C, align(64))]
 struct Slot {

@@ -645,18 +645,26 @@ impl super::MemoryReader for SharedMemory {
     }
 }
 
+/// An image with threads 1, 2 and 3 listed in that order, each three frames deep; and their
+/// thread states.
+fn three_threads(v: PythonVersion) -> (ImageBuilder, Vec<u64>) {
+    let mut b = ImageBuilder::new(v).unwrap();
+    let ts = (1..=3)
+        .map(|t| {
+            let leaf = b.stack(&three());
+            b.thread(t, 0, leaf)
+        })
+        .collect();
+    (b, ts)
+}
+
 /// The thread list is read in one batch from the addresses of the last tick, and followed
 /// through those copies only while it is the same list: threads that start, exit or move are
 /// seen at the next tick exactly as with reads one by one.
 #[test]
 fn thread_listing_is_batched_and_follows_list_changes() {
     for v in versions() {
-        let mut b = ImageBuilder::new(v).unwrap();
-        let mut ts = Vec::new();
-        for t in 1..=3 {
-            let leaf = b.stack(&three());
-            ts.push(b.thread(t, 0, leaf));
-        }
+        let (mut b, ts) = three_threads(v);
         let shared = SharedMemory::default();
         *shared.mem.lock().unwrap() = b.mem.clone();
         let mut w = PythonWalker::new(shared.clone(), b.target(), config()).unwrap();
@@ -691,6 +699,62 @@ fn thread_listing_is_batched_and_follows_list_changes() {
         b.mem.write_u64(head, ts[2]);
         *shared.mem.lock().unwrap() = b.mem.clone();
         assert_eq!(tick(&[]).0, [3, 4], "{v:?}");
+    }
+}
+
+/// [`SharedMemory`] whose every tick reads "directly", as the guarded in-process reader's do:
+/// the walker then lists threads without batching, one copy of each thread state's listing
+/// span, after prefetching last tick's thread states.
+#[derive(Clone, Default)]
+struct DirectMemory(SharedMemory);
+
+impl super::MemoryReader for DirectMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), super::ReadError> {
+        self.0.read(addr, buf)
+    }
+
+    fn begin_tick(&self) -> bool {
+        true
+    }
+}
+
+/// With direct reads the listing copies each thread state from its first listed field, never
+/// whole from its start, and follows the list through the same changes as the batched
+/// listing: the frame pointer and data stack are read when a thread is walked.
+#[test]
+fn direct_reads_list_threads_as_batched_reads_do() {
+    for v in versions() {
+        let (mut b, ts) = three_threads(v);
+        let direct = DirectMemory::default();
+        *direct.0.mem.lock().unwrap() = b.mem.clone();
+        let mut w = PythonWalker::new(direct.clone(), b.target(), config()).unwrap();
+        let mut tick = |watched: &[u64]| {
+            *direct.0.watched.lock().unwrap() = watched.to_vec();
+            direct.0.single_reads.store(0, Ordering::Relaxed);
+            let mut c = Collected::default();
+            w.walk(&mut c);
+            assert!(c.errors.is_empty(), "{v}: {:?}", c.errors);
+            let threads: Vec<(u64, usize)> = c
+                .samples
+                .iter()
+                .map(|s| (s.thread, s.frames.len()))
+                .collect();
+            (threads, direct.0.single_reads.load(Ordering::Relaxed))
+        };
+        let whole = |threads: &[u64]| threads.iter().map(|&t| (t, 3)).collect::<Vec<_>>();
+        assert_eq!(tick(&ts), (whole(&[1, 2, 3]), 0), "{v}");
+        assert_eq!(tick(&ts), (whole(&[1, 2, 3]), 0), "{v}");
+        // Thread 2 exits (unlinked) and thread 4 starts (appended after thread 3).
+        let leaf = b.stack(&three());
+        let t4 = b.thread(4, 0, leaf);
+        b.mem.write_u64(b.tstate_next_addr(ts[0]), ts[2]);
+        *direct.0.mem.lock().unwrap() = b.mem.clone();
+        let now = [ts[0], ts[2], t4];
+        assert_eq!(tick(&now), (whole(&[1, 3, 4]), 0), "{v}");
+        // The head moves: thread 1 exits.
+        b.mem.write_u64(b.threads_head_addr(), ts[2]);
+        *direct.0.mem.lock().unwrap() = b.mem.clone();
+        assert_eq!(tick(&now), (whole(&[3, 4]), 0), "{v}");
     }
 }
 

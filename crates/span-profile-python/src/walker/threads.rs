@@ -552,10 +552,47 @@ mod tests {
 
     #[test]
     fn what_a_stack_reported_again_reads_is_one_cache_line() {
-        use std::mem::{align_of, offset_of};
+        use std::mem::{align_of, offset_of, size_of};
         assert_eq!(align_of::<CachedStack>(), 64);
-        assert!(offset_of!(CachedStack, has_task) < 64);
-        assert!(offset_of!(CachedStack, frames) + std::mem::size_of::<Vec<RawFrame>>() <= 64);
+        let hot = [
+            (offset_of!(CachedStack, tstate), size_of::<u64>()),
+            (offset_of!(CachedStack, cpu_ns), size_of::<u64>()),
+            (offset_of!(CachedStack, last_used), size_of::<u64>()),
+            (offset_of!(CachedStack, frames), size_of::<Vec<RawFrame>>()),
+            (offset_of!(CachedStack, tid), size_of::<u32>()),
+            (offset_of!(CachedStack, truncated), 1),
+            (offset_of!(CachedStack, reusable), 1),
+            (offset_of!(CachedStack, has_task), 1),
+        ];
+        for (at, len) in hot {
+            assert!(at + len <= 64, "a field at {at} ends past the first line");
+        }
+    }
+
+    #[test]
+    fn a_stack_reported_again_carries_its_context_and_whether_it_had_a_task() {
+        let f = |id| RawFrame { id, line: 1 };
+        let mut c = StackCache::new(2, 4);
+        let task = Resolution::unknown_with_task(Some(7));
+        let (one, three) = ([f(1)], [f(3)]);
+        let with_task = WalkedStack {
+            resolution: Some(task),
+            ..copy(&one, &[], false)
+        };
+        c.store((1, 10, 100, 5), with_task, 0);
+        let u = c.unchanged(1, 10, 100, 5, 1).unwrap();
+        assert_eq!((u.has_task, u.resolution()), (true, Some(task)));
+        c.store((1, 10, 100, 6), copy(&[f(2)], &[], false), 2);
+        let u = c.unchanged(1, 10, 100, 6, 3).unwrap();
+        let none = Resolution::unknown_with_task(None);
+        assert_eq!((u.has_task, u.resolution()), (false, Some(none)));
+        // A copy whose context changed while it was made is not reported again.
+        let switched = WalkedStack {
+            resolution: None,
+            ..copy(&three, &[], false)
+        };
+        c.store((1, 10, 100, 7), switched, 4);
+        assert!(c.unchanged(1, 10, 100, 7, 5).is_none());
     }
 
     #[test]

@@ -700,30 +700,37 @@ impl<R: MemoryReader> PythonWalker<R> {
                 .stacks
                 .unchanged(t.thread_id, t.tstate, tid, ns, self.tick)
             {
-                bump(&self.counters.reused_stacks, 1);
-                bump(&self.counters.samples, 1);
-                bump(&self.counters.frames, u.frames.len() as u64);
-                if u.truncated {
-                    bump(&self.counters.truncated, 1);
-                }
                 let key = ExecutionKey::thread(t.thread_id);
                 // Nothing of the sample can have changed since the last: not the stack or the
                 // span (the thread has not run), nor its name (the registry has not changed).
                 // A task's name is kept elsewhere, so a sample with a task is built again.
-                if self.names_stable && !u.has_task && sink.repeat(key, weight) {
+                let repeated = self.names_stable && !u.has_task && sink.repeat(key, weight);
+                // Not read for a repeat: the context lies past the entry's first line.
+                let resolution = if repeated { None } else { u.resolution() };
+                // An entry is reusable only with its context (`CachedStack::set_resolution`);
+                // were one ever without, the thread is walked in full below, not dropped.
+                if repeated || resolution.is_some() {
+                    bump(&self.counters.reused_stacks, 1);
+                    bump(&self.counters.samples, 1);
+                    bump(&self.counters.frames, u.frames.len() as u64);
+                    if u.truncated {
+                        bump(&self.counters.truncated, 1);
+                    }
+                }
+                if repeated {
                     bump(&self.counters.repeated_samples, 1);
                     return;
                 }
-                if !named {
-                    self.registry.lookup(t.thread_id, &mut self.name);
-                }
-                if let Some(r) = u.resolution() {
+                if let Some(r) = resolution {
+                    if !named {
+                        self.registry.lookup(t.thread_id, &mut self.name);
+                    }
                     let sample = RawSample::new(key, u.frames, self.name.as_str())
                         .with_truncated(u.truncated)
                         .with_weight(weight);
                     self.ctx.emit_resolved(r, sink, sample);
+                    return;
                 }
-                return;
             }
         }
         if !named {
