@@ -104,6 +104,8 @@ def summary(path):
             if line.startswith("events:"):
                 events = line.split()[1:]
             elif line.startswith("summary:"):
+                if events is None:
+                    raise SystemExit("no events line before the summary in " + path)
                 return dict(zip(events, (int(v) for v in line.split()[1:])))
     raise SystemExit("no summary in " + path)
 
