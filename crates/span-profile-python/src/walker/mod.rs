@@ -53,6 +53,7 @@ mod frames;
 mod guarded;
 mod layout;
 mod linetable;
+mod listing;
 mod memory;
 mod namebuf;
 mod object_table;

@@ -347,6 +347,26 @@ impl SchedWatch {
         }
     }
 
+    /// Whether thread `thread_id`, its thread state at `tstate`, provably has not run since
+    /// its last real clock read: that read found it off CPU, with its page's sequence read
+    /// before it, and the sequence is still there (what [`SchedWatch::clock`] saves a read on).
+    /// That read was made at an earlier tick than this one, and its proof reaches back to the
+    /// read before it, at an earlier tick still: so the thread has not run since before the
+    /// last tick's listing (`super::listing`). Reads the page; changes nothing.
+    pub(crate) fn proven_idle(&self, thread_id: u64, tstate: u64) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let Some(s) = self
+            .by_thread
+            .get(&thread_id)
+            .and_then(|&i| self.slots.get(i))
+        else {
+            return false;
+        };
+        s.tstate == tstate && s.off_cpu && s.page.as_ref().is_some_and(|p| p.seq() == s.seq)
+    }
+
     /// Pages open now.
     #[cfg(test)]
     pub(crate) fn open_pages(&self) -> usize {
@@ -533,7 +553,7 @@ impl SchedWatch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::walker::cpu::{cpu_time_ns, CpuTimeSource};
     use std::sync::mpsc;
@@ -546,7 +566,7 @@ mod tests {
 
     /// Whether this machine lets a process watch its own threads; on CI it must (the
     /// machines CI runs on are of the kind the figures are measured on).
-    fn perf_available() -> bool {
+    pub(crate) fn perf_available() -> bool {
         match Page::open(gettid()) {
             Ok(_) => true,
             Err(e) => {
@@ -562,15 +582,15 @@ mod tests {
 
     /// A thread that waits on a channel: each message makes it spin until it has used that
     /// many ms of CPU (its own clock: a loaded machine cannot shorten it), then say so.
-    struct Spinner {
-        tid: u32,
+    pub(crate) struct Spinner {
+        pub(crate) tid: u32,
         run: mpsc::Sender<u64>,
         done: mpsc::Receiver<()>,
         handle: std::thread::JoinHandle<()>,
     }
 
     impl Spinner {
-        fn start() -> Self {
+        pub(crate) fn start() -> Self {
             let (tid_tx, tid_rx) = mpsc::channel();
             let (run, rx) = mpsc::channel::<u64>();
             let (done_tx, done) = mpsc::channel();
@@ -596,12 +616,12 @@ mod tests {
         }
 
         /// Makes the thread use `ms` of CPU, and waits until it has.
-        fn burn(&self, ms: u64) {
+        pub(crate) fn burn(&self, ms: u64) {
             self.run.send(ms).unwrap();
             self.done.recv().unwrap();
         }
 
-        fn stop(self) {
+        pub(crate) fn stop(self) {
             drop(self.run);
             self.handle.join().unwrap();
         }

@@ -46,6 +46,9 @@ span_profile_core::counters! {
         /// CPU-clock reads saved: the thread's scheduler page showed it had not run since its
         /// last read (ADR 0033).
         clock_reads_saved,
+        /// Thread states the listing did not read: their thread, and the next one's in the
+        /// list, had not run since the last tick's listing, which found them (ADR 0038).
+        thread_states_skipped,
         /// `perf_event_open` calls the kernel refused (after three the walker stops asking,
         /// and reads every clock).
         sched_page_failures,

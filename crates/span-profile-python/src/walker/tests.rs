@@ -847,3 +847,174 @@ fn the_trampoline_is_never_a_frame_and_never_a_root() {
         assert_eq!(w.counters().snapshot().torn_roots, 1, "{v}");
     }
 }
+
+/// An image shared with the test that counts, for each watched thread state, the reads that
+/// touch it, one by one or batched; `direct` makes every tick read as the guarded reader does.
+#[derive(Clone, Default)]
+struct CountingMemory {
+    mem: Arc<std::sync::Mutex<FakeMemory>>,
+    /// Each watched state's first and last byte, and the reads that touched it.
+    watched: Arc<std::sync::Mutex<Vec<(u64, u64, usize)>>>,
+    direct: bool,
+}
+
+impl CountingMemory {
+    fn count(&self, addr: u64, len: usize) {
+        for (start, last, n) in self.watched.lock().unwrap().iter_mut() {
+            if addr <= *last && addr + len as u64 > *start {
+                *n += 1;
+            }
+        }
+    }
+
+    /// Watches `states` (each `size` bytes) from now on, with no read counted.
+    fn watch(&self, states: &[u64], size: usize) {
+        *self.watched.lock().unwrap() = states
+            .iter()
+            .map(|&s| (s, s + size as u64 - 1, 0))
+            .collect();
+    }
+
+    /// The reads of each watched state since [`CountingMemory::watch`], and sets them to 0.
+    fn take(&self) -> Vec<usize> {
+        let mut w = self.watched.lock().unwrap();
+        w.iter_mut().map(|(_, _, n)| std::mem::take(n)).collect()
+    }
+}
+
+impl super::MemoryReader for CountingMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), super::ReadError> {
+        self.count(addr, buf.len());
+        self.mem.lock().unwrap().read(addr, buf)
+    }
+
+    fn read_scatter(&self, addrs: &[u64], len: usize, out: &mut [u8], ok: &mut [bool]) {
+        for &a in addrs {
+            self.count(a, len);
+        }
+        let mem = self.mem.lock().unwrap();
+        super::memory::scatter_one_by_one(&*mem, addrs, len, out, ok);
+    }
+
+    fn begin_tick(&self) -> bool {
+        self.direct
+    }
+}
+
+/// A thread state whose thread, and the next one's in the list, have not run since the last
+/// tick is not read again (ADR 0038). Real waiting threads stand behind an image's thread
+/// states (their tids are the states' native ids), so the walker's scheduler pages watch them:
+/// once they prove the threads idle, a tick reads only the list's last state; a thread that
+/// runs has its state, and the one before it, read again; one that leaves the list (it must
+/// run to) is gone at the next tick; one that starts is found at the head; and a state unlinked
+/// while its thread did not run (another thread deleted it) is gone by the next full listing.
+#[test]
+fn a_waiting_threads_state_is_not_read_again() {
+    use super::listing::FULL_LISTING_EVERY;
+    use super::sched::tests::{perf_available, Spinner};
+    if !perf_available() {
+        return;
+    }
+    for direct in [true, false] {
+        for v in versions() {
+            let sp: Vec<Spinner> = (0..5).map(|_| Spinner::start()).collect();
+            let mut b = ImageBuilder::new(v).unwrap();
+            let mut ts: Vec<u64> = (0..4)
+                .map(|i| {
+                    let leaf = b.stack(&three());
+                    b.thread(i as u64 + 1, u64::from(sp[i].tid), leaf)
+                })
+                .collect();
+            let size = super::layout::Layout::for_version(v)
+                .unwrap()
+                .tstate_read_size();
+            let mem = CountingMemory {
+                direct,
+                ..CountingMemory::default()
+            };
+            *mem.mem.lock().unwrap() = b.mem.clone();
+            let mut w = PythonWalker::new(mem.clone(), b.target(), WalkerConfig::default())
+                .expect("walker over fake image");
+            for (i, s) in sp.iter().enumerate() {
+                w.registry().set_native_id(i as u64 + 1, s.tid);
+            }
+            let mut n = 0u64;
+            // One tick (after a full listing, when the next would be one): the threads
+            // sampled, each state's reads, the states skipped.
+            let mut tick = |w: &mut PythonWalker<CountingMemory>, b: &ImageBuilder| {
+                *mem.mem.lock().unwrap() = b.mem.clone();
+                let mut c = Collected::default();
+                if (n + 1).is_multiple_of(FULL_LISTING_EVERY) {
+                    let before = w.counters().snapshot().thread_states_skipped;
+                    w.walk(&mut c);
+                    n += 1;
+                    let after = w.counters().snapshot().thread_states_skipped;
+                    assert_eq!(before, after, "{v} direct {direct}: a full listing");
+                    c = Collected::default();
+                }
+                mem.take();
+                let before = w.counters().snapshot().thread_states_skipped;
+                w.walk(&mut c);
+                n += 1;
+                assert!(c.errors.is_empty(), "{v}: {:?}", c.errors);
+                assert!(c.samples.iter().all(|s| s.frames.len() == 3), "{v}");
+                let threads: Vec<u64> = c.samples.iter().map(|s| s.thread).collect();
+                let skipped = w.counters().snapshot().thread_states_skipped - before;
+                (threads, mem.take(), skipped)
+            };
+            mem.watch(&ts, size);
+            let what = format!("{v} direct {direct}");
+            // Until the threads' pages are open and prove them idle.
+            let mut warm = 0;
+            while tick(&mut w, &b).2 == 0 {
+                warm += 1;
+                assert!(warm < 40, "{what}: never skipped");
+            }
+            let (threads, reads, skipped) = tick(&mut w, &b);
+            assert_eq!(threads, [1, 2, 3, 4], "{what}");
+            assert_eq!((&reads[..3], skipped), (&[0, 0, 0][..], 3), "{what}");
+            assert!(reads[3] >= 1, "{what}: the list's end is read");
+
+            // Thread 2 runs: its state, and thread 1's (whose next it is), are read again.
+            sp[1].burn(2);
+            let (threads, reads, skipped) = tick(&mut w, &b);
+            assert_eq!(threads, [1, 2, 3, 4], "{what}");
+            assert!(
+                reads[0] >= 1 && reads[1] >= 1 && reads[2] == 0,
+                "{what}: {reads:?}"
+            );
+            assert_eq!(skipped, 1, "{what}");
+
+            // Thread 2 leaves the list (its thread runs to do so).
+            sp[1].burn(2);
+            b.mem.write_u64(b.tstate_next_addr(ts[0]), ts[2]);
+            assert_eq!(tick(&mut w, &b).0, [1, 3, 4], "{what}");
+            assert_eq!(tick(&mut w, &b).0, [1, 3, 4], "{what}");
+
+            // Thread 5 starts: its state goes to the head.
+            let leaf = b.stack(&three());
+            let t5 = b.thread(5, u64::from(sp[4].tid), leaf);
+            w.registry().set_native_id(5, sp[4].tid);
+            b.mem.write_u64(b.tstate_next_addr(ts[3]), 0);
+            b.mem.write_u64(b.tstate_next_addr(t5), ts[0]);
+            b.mem.write_u64(b.threads_head_addr(), t5);
+            ts.push(t5);
+            mem.watch(&ts, size);
+            let (threads, reads, _) = tick(&mut w, &b);
+            assert_eq!(threads, [5, 1, 3, 4], "{what}");
+            assert!(reads[4] >= 1, "{what}: a new state is read");
+
+            // Another thread unlinks thread 3's state while thread 3 waits: it may be sampled
+            // from the last listing until the next full listing, not after.
+            b.mem.write_u64(b.tstate_next_addr(ts[0]), ts[3]);
+            let mut seen = vec![];
+            for _ in 0..FULL_LISTING_EVERY {
+                seen.push(tick(&mut w, &b).0);
+            }
+            assert_eq!(seen.last().unwrap(), &[5, 1, 4], "{what}: {seen:?}");
+            for s in sp {
+                s.stop();
+            }
+        }
+    }
+}

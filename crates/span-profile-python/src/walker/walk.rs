@@ -17,6 +17,7 @@ use super::layout::{
     check_debug_offsets, GilAt, Layout, LayoutError, PythonVersion, CONTEXT_VARS, GIL_LAST_HOLDER,
     GIL_LOCKED,
 };
+use super::listing::{LastListing, ThreadRef};
 use super::memory::{field_i32, field_u64, prefetch, MemoryReader, ProcessVmReader, ReadError};
 use super::namebuf::NameBuf;
 use super::object_table::SpanObjectTable;
@@ -123,25 +124,6 @@ const MIN_CPU_SHARE_ASKED: u64 = 32;
 /// Largest thread-state copy (3.11's data-stack fields end at 312).
 const TSTATE_BUF: usize = 512;
 
-/// Most thread states read in one batched listing (the rest are read one by one).
-const MAX_BATCH_LISTED: usize = 1024;
-
-/// One thread found in the thread list this tick.
-#[derive(Debug, Clone, Copy, Default)]
-struct ThreadRef {
-    tstate: u64,
-    /// Its interpreter (`PyThreadState.interp`).
-    interp: u64,
-    thread_id: u64,
-    native: u64,
-    /// Its frame pointer (`frame` or `cframe`) and its `datastack_chunk` / `datastack_top`
-    /// (3.11+; 0 otherwise): not read by the listing, but when the thread is walked, after
-    /// its CPU clock ([`PythonWalker::refresh_before_walk`]).
-    frame_field: u64,
-    chunk: u64,
-    top: u64,
-}
-
 /// Walks the Python threads of one CPython interpreter (3.9–3.13, GIL builds, x86_64 Linux) by
 /// copying its memory through a [`MemoryReader`]. See the [module docs](super) for the contract.
 #[derive(Debug)]
@@ -164,14 +146,15 @@ pub struct PythonWalker<R> {
     pub(crate) ctx: ContextReader,
     /// Threads chosen for this tick (reservoir, `max_threads` long at most).
     chosen: Vec<ThreadRef>,
-    /// The first interpreter's thread-state addresses at the last listing, in list order: when
-    /// reads are system calls, the next listing reads them all in one batched read
+    /// The first interpreter's thread list as the last tick found it: when reads are system
+    /// calls, the next listing reads its states in one batched read
     /// ([`MemoryReader::read_scatter`]) and follows the list through the copies for as long as
-    /// it is unchanged.
-    listed: Vec<u64>,
-    /// This listing's addresses (becomes `listed`).
-    listing: Vec<u64>,
-    /// The batched copies of `listed`, `tstate_read_size()` bytes each, and which succeeded.
+    /// it is unchanged; and a state whose thread, and the next one's, have not run since is not
+    /// read again (ADR 0038).
+    last: LastListing,
+    /// The states of `last` a batched read copies (those this tick reads), their copies,
+    /// `tstate_read_size()` bytes each, and which succeeded.
+    batch_addrs: Vec<u64>,
     listed_buf: Vec<u8>,
     listed_ok: Vec<bool>,
     /// The buffers of the frame walk of the thread being walked (`super::frames`).
@@ -277,8 +260,8 @@ impl<R: MemoryReader> PythonWalker<R> {
             name: NameBuf::new(),
             ctx: ContextReader::new(layout.version),
             chosen: Vec::with_capacity(config.max_threads),
-            listed: Vec::new(),
-            listing: Vec::new(),
+            last: LastListing::default(),
+            batch_addrs: Vec::new(),
             listed_buf: Vec::new(),
             listed_ok: Vec::new(),
             frame_walk: FrameWalk::new(layout, config.max_depth),
@@ -423,14 +406,18 @@ impl<R: MemoryReader> PythonWalker<R> {
     }
 
     /// Asks for the lines of the last listing's thread states that this listing will copy
-    /// ([`crate::walker::memory::prefetch`]): a thread state lives apart from the others, and
+    /// (not those it takes from the last listing: [`LastListing::will_read`];
+    /// [`crate::walker::memory::prefetch`]): a thread state lives apart from the others, and
     /// copying one costs mostly the wait for its memory, so the waits overlap instead of
     /// following one another (with 120 parked threads, one copy each a tick was a fifth of the
     /// sampler's time by `perf record`). Addresses that are no longer thread states cost a
     /// wasted hint, nothing else.
     fn prefetch_thread_states(&self) {
         let span = &self.tstate_span;
-        for &tstate in &self.listed {
+        for (i, tstate) in self.last.states().enumerate() {
+            if !self.last.will_read(i) {
+                continue;
+            }
             let mut at = span.start;
             while at < span.end {
                 prefetch(tstate.wrapping_add(at as u64));
@@ -464,6 +451,7 @@ impl<R: MemoryReader> PythonWalker<R> {
         let mut tbuf = [0u8; TSTATE_BUF];
         let size = l.tstate_read_size();
         let cap = self.config.max_threads.max(1);
+        let mut skipped = 0u64;
         for n_interp in 0..self.config.max_interpreters {
             if interp == 0 {
                 break;
@@ -478,64 +466,92 @@ impl<R: MemoryReader> PythonWalker<R> {
             }
             let mut tstate = u64::from_le_bytes(b);
             let mut prev_tstate = 0u64;
-            // The first interpreter's list as it was at the last tick, read in one go when reads
-            // are system calls; each copy is used only while the list is followed to the same
-            // address.
+            // The first interpreter's list as it was at the last tick: the states this tick
+            // reads of it are copied in one go when reads are system calls, each copy used only
+            // while the list is followed to the same address; and a state whose thread, and the
+            // next one's, have not run since is taken from it unread (ADR 0038).
             let first = n_interp == 0;
             let mut batched = 0usize;
-            if first && !self.direct && self.listed.first() == Some(&tstate) {
-                batched = self.listed.len();
+            if first && !self.direct && self.last.states().next() == Some(tstate) {
+                self.batch_addrs.clear();
+                let last = &self.last;
+                self.batch_addrs.extend(
+                    (last.states().enumerate())
+                        .filter(|&(i, _)| last.will_read(i))
+                        .map(|(_, a)| a),
+                );
+                batched = self.batch_addrs.len();
                 self.listed_buf.resize(batched * size, 0);
                 self.listed_ok.resize(batched, false);
                 self.reader.read_scatter(
-                    &self.listed,
+                    &self.batch_addrs,
                     size,
                     &mut self.listed_buf,
                     &mut self.listed_ok,
                 );
             }
             let mut at = 0usize;
-            self.listing.clear();
+            let mut pos = if first {
+                self.last.start(tstate, interp)
+            } else {
+                None
+            };
             while tstate != 0 {
                 if seen >= MAX_LISTED {
                     return Ok(seen);
                 }
-                let tb = tbuf.get_mut(..size).unwrap_or_default();
-                let copy = (at < batched
-                    && self.listed.get(at) == Some(&tstate)
-                    && self.listed_ok.get(at) == Some(&true))
-                .then(|| self.listed_buf.get(at * size..(at + 1) * size))
-                .flatten();
-                match copy {
-                    Some(c) if c.len() == tb.len() => {
-                        tb.copy_from_slice(c);
-                        at += 1;
+                let (t, next) = match first.then(|| self.last.skippable(pos)).flatten() {
+                    Some(known) => {
+                        skipped += 1;
+                        known
                     }
-                    _ => {
-                        batched = 0; // the list changed here: read the rest one by one
-                        if read_tstate(&self.reader, self.direct, &self.tstate_span, tstate, tb)
-                            .is_err()
-                        {
+                    None => {
+                        let tb = tbuf.get_mut(..size).unwrap_or_default();
+                        let copy = (at < batched
+                            && self.batch_addrs.get(at) == Some(&tstate)
+                            && self.listed_ok.get(at) == Some(&true))
+                        .then(|| self.listed_buf.get(at * size..(at + 1) * size))
+                        .flatten();
+                        match copy {
+                            Some(c) if c.len() == tb.len() => {
+                                tb.copy_from_slice(c);
+                                at += 1;
+                            }
+                            _ => {
+                                batched = 0; // the list changed here: read the rest one by one
+                                if read_tstate(
+                                    &self.reader,
+                                    self.direct,
+                                    &self.tstate_span,
+                                    tstate,
+                                    tb,
+                                )
+                                .is_err()
+                                {
+                                    return Err((seen, ThreadFailure::Invalid));
+                                }
+                            }
+                        }
+                        if field_u64(tb, l.tstate_interp) != interp {
+                            // Torn list or a wrong offset: do not follow `next` from garbage.
                             return Err((seen, ThreadFailure::Invalid));
                         }
+                        // The frame pointer and data-stack bounds are read when the thread is
+                        // walked.
+                        let t = ThreadRef {
+                            tstate,
+                            interp,
+                            thread_id: field_u64(tb, l.tstate_thread_id),
+                            native: l.tstate_native_thread_id.map_or(0, |o| field_u64(tb, o)),
+                            ..ThreadRef::default()
+                        };
+                        (t, field_u64(tb, l.tstate_next))
                     }
-                }
-                if first && self.listing.len() < MAX_BATCH_LISTED {
-                    self.listing.push(tstate);
-                }
-                if field_u64(tb, l.tstate_interp) != interp {
-                    // Torn list or a wrong offset: do not follow `next` from garbage.
-                    return Err((seen, ThreadFailure::Invalid));
-                }
-                // The frame pointer and data-stack bounds are read when the thread is walked.
-                let t = ThreadRef {
-                    tstate,
-                    interp,
-                    thread_id: field_u64(tb, l.tstate_thread_id),
-                    native: l.tstate_native_thread_id.map_or(0, |o| field_u64(tb, o)),
-                    ..ThreadRef::default()
                 };
-                let next = field_u64(tb, l.tstate_next);
+                if first {
+                    self.last.push(&t);
+                    pos = self.last.follow(pos, next);
+                }
                 // The profiler's own threads are not the application's: neither sampled nor
                 // counted, so the others' weights stay exact (ADR 0029).
                 if !is_own_thread(t.thread_id) {
@@ -556,7 +572,8 @@ impl<R: MemoryReader> PythonWalker<R> {
                 tstate = next;
             }
             if first {
-                std::mem::swap(&mut self.listed, &mut self.listing);
+                self.last.complete(self.tick);
+                bump(&self.counters.thread_states_skipped, skipped);
             }
             if self.target.interpreter != 0 {
                 break;
@@ -959,8 +976,14 @@ impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
         self.names_generation = generation;
         self.cpu.begin_tick(monotonic_ns());
         if self.direct {
-            self.prefetch_thread_states();
             self.sched.prefetch_pages();
+        }
+        let sched = &self.sched;
+        self.last.mark_idle(self.tick, |thread_id, tstate| {
+            sched.proven_idle(thread_id, tstate)
+        });
+        if self.direct {
+            self.prefetch_thread_states();
         }
         self.walk_all(sink);
     }

@@ -114,3 +114,51 @@ def test_a_waiting_thread_named_again_from_another_thread_takes_the_new_name(age
 
     wall, _ = _wall_in_wait(agent.output, "after")
     assert abs(wall - named_for) <= 0.05 * named_for + 3 * TICK_S, (wall, named_for)
+
+
+def test_threads_that_end_between_waiting_ones_stop_being_sampled(output):
+    """The sampler takes a waiting thread's state from the last tick's listing instead of
+    reading it (ADR 0038): a thread that ends between threads that still wait must still be
+    charged only the time it waited, not a tick more. At 50 Hz a listing that noticed the end
+    only at its next full read (every 16 ticks) would charge 0.32 s too much."""
+    import span_profile
+
+    rate = 50
+    agent = span_profile.start(service="tests", output=output, sample_rate_hz=rate, window_s=1, overhead_budget=0)
+    names = ["waiter-%d" % i for i in range(8)]
+    ending = {"waiter-2", "waiter-4", "waiter-5"}
+    early, late = threading.Event(), threading.Event()
+    started = threading.Barrier(len(names) + 1)
+    waited = {}
+
+    def run(name):
+        started.wait()
+        t0 = time.monotonic()
+        waits_here(early if name in ending else late)
+        waited[name] = time.monotonic() - t0
+
+    threads = [threading.Thread(target=run, args=(n,), name=n) for n in names]
+    for t in threads:
+        t.start()
+    started.wait()
+    before = agent.stats()
+    time.sleep(1.5)
+    early.set()
+    time.sleep(1.5)
+    after = agent.stats()
+    late.set()
+    for t in threads:
+        t.join()
+    agent.stop()
+
+    tick = 1.0 / rate
+    for name in names:
+        wall, _ = _wall_in_wait(agent.output, name)
+        print(name, "charged %.3f s, waited %.3f s" % (wall, waited[name]))
+        assert abs(wall - waited[name]) <= 0.05 * waited[name] + 3 * tick, (name, wall, waited[name])
+    # Most waiting threads' states were not read: each tick of about 150 skips those of the
+    # threads whose next in the list waits too (not the list's last, the main thread's).
+    skipped = after["walker_thread_states_skipped"] - before["walker_thread_states_skipped"]
+    ticks = after["ticks"] - before["ticks"]
+    print("states skipped", skipped, "in", ticks, "ticks")
+    assert skipped > 3 * ticks, (skipped, ticks)
