@@ -616,11 +616,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             self.ctx.forget_before();
             return self.read_pointers(t);
         };
-        let (mut lo, mut hi) = (ctx_off.min(l.tstate_frame), ctx_off.max(l.tstate_frame));
-        if let Some((c, top)) = l.tstate_datastack {
-            lo = lo.min(c).min(top);
-            hi = hi.max(c).max(top);
-        }
+        let (lo, hi) = pointer_span(l, Some(ctx_off));
         let mut buf = [0u8; TSTATE_BUF];
         let Some(b) = buf.get_mut(..hi + 8 - lo) else {
             // Fields too far apart for one read (no known layout): the context on its own.
@@ -646,11 +642,7 @@ impl<R: MemoryReader> PythonWalker<R> {
             return self.read_pointers(t);
         }
         let ctx = field_u64(b, ctx_off - lo);
-        t.frame_field = field_u64(b, l.tstate_frame - lo);
-        if let Some((c, top)) = l.tstate_datastack {
-            t.chunk = field_u64(b, c - lo);
-            t.top = field_u64(b, top - lo);
-        }
+        take_pointers(l, t, b, lo);
         let vars = vars.is_ok().then(|| u64::from_le_bytes(v));
         self.ctx.observe_before(t.tstate, ctx, vars);
         true
@@ -659,11 +651,7 @@ impl<R: MemoryReader> PythonWalker<R> {
     /// Reads the thread's frame pointer and data-stack bounds, in one read; false if it failed.
     fn read_pointers(&self, t: &mut ThreadRef) -> bool {
         let l = self.layout;
-        let (mut lo, mut hi) = (l.tstate_frame, l.tstate_frame);
-        if let Some((c, top)) = l.tstate_datastack {
-            lo = lo.min(c).min(top);
-            hi = hi.max(c).max(top);
-        }
+        let (lo, hi) = pointer_span(l, None);
         let mut buf = [0u8; TSTATE_BUF];
         let Some(b) = buf.get_mut(..hi + 8 - lo) else {
             return false;
@@ -675,11 +663,7 @@ impl<R: MemoryReader> PythonWalker<R> {
         {
             return false;
         }
-        t.frame_field = field_u64(b, l.tstate_frame - lo);
-        if let Some((c, top)) = l.tstate_datastack {
-            t.chunk = field_u64(b, c - lo);
-            t.top = field_u64(b, top - lo);
-        }
+        take_pointers(l, t, b, lo);
         true
     }
 
@@ -936,6 +920,33 @@ impl<R: MemoryReader> PythonWalker<R> {
             _ if self.pthread_tid_ok => tid_from_pthread(&self.reader, thread_id).ok(),
             _ => None,
         }
+    }
+}
+
+/// The offsets of the first and the last of a thread state's frame pointer, its data-stack
+/// bounds (3.11+) and the field at `extra` (the context), if any: one read from the first to 8
+/// bytes past the last gets them all.
+fn pointer_span(l: &Layout, extra: Option<usize>) -> (usize, usize) {
+    let fields = [Some(l.tstate_frame), extra]
+        .into_iter()
+        .chain(
+            l.tstate_datastack
+                .into_iter()
+                .flat_map(|(c, top)| [Some(c), Some(top)]),
+        )
+        .flatten();
+    fields.fold((l.tstate_frame, l.tstate_frame), |(lo, hi), f| {
+        (lo.min(f), hi.max(f))
+    })
+}
+
+/// Takes thread `t`'s frame pointer and data-stack bounds from `b`, a copy of its state from
+/// offset `lo` ([`pointer_span`]).
+fn take_pointers(l: &Layout, t: &mut ThreadRef, b: &[u8], lo: usize) {
+    t.frame_field = field_u64(b, l.tstate_frame - lo);
+    if let Some((c, top)) = l.tstate_datastack {
+        t.chunk = field_u64(b, c - lo);
+        t.top = field_u64(b, top - lo);
     }
 }
 
