@@ -283,6 +283,17 @@ struct Slot {
     tstate: u64,
 }
 
+impl Slot {
+    /// Whether the page's sequence `seq` (read now, `None` without a page) proves that the
+    /// thread has not run since the last real read: that read found it off CPU with the
+    /// sequence read before it, and the sequence has not moved since (module docs). The one
+    /// test behind a saved read ([`SchedWatch::clock`]) and an unread thread state
+    /// ([`SchedWatch::proven_idle`]).
+    fn proves_idle(&self, seq: Option<u32>) -> bool {
+        self.off_cpu && seq == Some(self.seq)
+    }
+}
+
 /// How a thread's CPU clock was had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClockRead {
@@ -364,7 +375,7 @@ impl SchedWatch {
         else {
             return false;
         };
-        s.tstate == tstate && s.off_cpu && s.page.as_ref().is_some_and(|p| p.seq() == s.seq)
+        s.tstate == tstate && s.proves_idle(s.page.as_ref().map(Page::seq))
     }
 
     /// Pages open now.
@@ -403,8 +414,10 @@ impl SchedWatch {
         };
         s.last_tick = tick;
         let seq = s.page.as_ref().map(Page::seq);
+        // This read would be saved but for VALIDATE_EVERY, which makes it check the premise.
+        let checks = s.proves_idle(seq);
         if let Some(seq) = seq {
-            if seq == s.seq && s.off_cpu && s.saved + 1 < VALIDATE_EVERY {
+            if checks && s.saved + 1 < VALIDATE_EVERY {
                 s.saved += 1;
                 s.busy_samples = 0;
                 return (ClockRead::Unmoved(s.clock_ns), 0);
@@ -415,8 +428,6 @@ impl SchedWatch {
                 s.busy_samples = 0;
             }
         }
-        // This read would have been saved but for VALIDATE_EVERY: it checks the premise.
-        let checks = s.off_cpu && seq == Some(s.seq);
         if seq.is_some() {
             // The sequence is read before the clock, not after: what proves the thread off CPU
             // when the sequence was read (module docs). Only here, not on the saved path above,

@@ -7,6 +7,7 @@ Ground truth is the time each thread measured itself around its wait. The profil
 is the time between ticks, so the sum over a thread's samples in `waits_here` is the time it
 waited, give or take a tick at each end.
 """
+import os
 import threading
 import time
 
@@ -157,7 +158,10 @@ def test_threads_that_end_between_waiting_ones_stop_being_sampled(output):
         print(name, "charged %.3f s, waited %.3f s" % (wall, waited[name]))
         assert abs(wall - waited[name]) <= 0.05 * waited[name] + 3 * tick, (name, wall, waited[name])
     # Most waiting threads' states were not read: each tick of about 150 skips those of the
-    # threads whose next in the list waits too (not the list's last, the main thread's).
+    # threads whose next in the list waits too (not the list's last, the main thread's). Only
+    # where the kernel lets the agent watch its threads (CI's must: ADR 0033).
+    if after["walker_sched_page_failures"] and not os.environ.get("CI"):
+        return
     skipped = after["walker_thread_states_skipped"] - before["walker_thread_states_skipped"]
     ticks = after["ticks"] - before["ticks"]
     print("states skipped", skipped, "in", ticks, "ticks")
