@@ -340,8 +340,7 @@ impl WindowAggregator {
     ) {
         if slot >= self.recent.len() {
             if slot > MAX_RECENT {
-                let sample = self.intern_sample(s, span, route);
-                return self.add(sample, s.cpu_ns, interval_ns, s.weight);
+                return self.add_raw_aside(s, span, route, interval_ns);
             }
             self.recent.resize_with(slot + 1, Recent::default);
         }
@@ -384,6 +383,45 @@ impl WindowAggregator {
         if let Some(row) = row {
             self.bump(row, s.cpu_ns, interval_ns, s.weight);
         }
+    }
+
+    /// Counts a sample that holds no position in the walk: a CPU-only sample (weight 0) that a
+    /// walker reports beside a thread's own, charging CPU to the stack the thread last ran in.
+    /// Interned in full, as [`Self::add_raw`] past its positions does; the positions are left
+    /// as they were, so that the threads reported after it keep theirs, and
+    /// [`Self::repeat_raw`] and the same-stack shortcut still find each thread where the last
+    /// walk left it.
+    ///
+    /// ```
+    /// use span_profile_core::internal::WindowAggregator;
+    /// use span_profile_core::{ExecutionKey, RawFrame, RawSample, Resource};
+    /// use span_profile_core::labels::LabelValues;
+    ///
+    /// let mut agg = WindowAggregator::default();
+    /// let (waits, ran) = ([RawFrame { id: 1, line: 3 }], [RawFrame { id: 2, line: 7 }]);
+    /// let (a, b) = (ExecutionKey::thread(1), ExecutionKey::thread(2));
+    /// agg.begin_walk();
+    /// agg.add_raw(0, &RawSample::new(a, &waits, "a"), None, LabelValues::BACKGROUND, 10_000_000);
+    /// agg.add_raw(1, &RawSample::new(b, &waits, "b"), None, LabelValues::BACKGROUND, 10_000_000);
+    /// agg.begin_walk();
+    /// assert!(agg.repeat_raw(0, a, 1, 10_000_000));
+    /// // Thread a's CPU, charged to where it last ran: b is still at position 1.
+    /// let charge = RawSample::new(a, &ran, "a").with_cpu_ns(4_000_000).with_weight(0);
+    /// agg.add_raw_aside(&charge, None, LabelValues::BACKGROUND, 10_000_000);
+    /// assert!(agg.repeat_raw(1, b, 1, 10_000_000));
+    /// let mut spans = span_profile_core::SpanTable::default().drain_window();
+    /// let p = agg.finish(Resource::default(), 0, 60_000_000_000, 10_000_000, &mut spans);
+    /// assert_eq!(p.samples.len(), 3);
+    /// ```
+    pub fn add_raw_aside(
+        &mut self,
+        s: &RawSample<'_>,
+        span: Option<SpanContext>,
+        route: LabelId,
+        interval_ns: u64,
+    ) {
+        let sample = self.intern_sample(s, span, route);
+        self.add(sample, s.cpu_ns, interval_ns, s.weight);
     }
 
     /// Starts a walk: the positions [`Self::add_raw`] fills from here on belong to it, and

@@ -84,6 +84,9 @@ pub(super) struct Sampler {
     /// The agent's costs that the sampling interval does not scale, reserved out of the budget.
     fixed: FixedCosts,
     tick_samples: u64,
+    /// The positions this tick's samples took in the walk (`WindowAggregator::add_raw`): each
+    /// sample with a wall weight takes the next; a CPU-only sample takes none.
+    tick_positions: u64,
     clock: WallClock,
     /// Draws each tick's jittered gap (see [`jittered`]).
     rng: XorShift,
@@ -187,6 +190,7 @@ impl Sampler {
             export_seen: (0, Instant::now()),
             fixed: FixedCosts::default(),
             tick_samples: 0,
+            tick_positions: 0,
             clock: s.clock,
             rng: XorShift::seeded(),
         }
@@ -312,6 +316,7 @@ impl Sampler {
         self.counters.ticks.fetch_add(1, Ordering::Relaxed);
         self.agg.stats_mut().ticks += 1;
         self.tick_samples = 0;
+        self.tick_positions = 0;
         self.agg.begin_walk();
         let mut walker = std::mem::replace(&mut self.walker, Box::new(NoWalker));
         walker.walk(&mut TickSink { sampler: self });
@@ -428,7 +433,7 @@ impl StackSink for TickSink<'_> {
 
     fn repeat(&mut self, key: ExecutionKey, weight: u32) -> bool {
         let sampler = &mut *self.sampler;
-        let slot = sampler.tick_samples as usize;
+        let slot = sampler.tick_positions as usize;
         // The span is not marked sampled again (`SpanTable::mark_sampled`): an accepted repeat
         // counts the row the previous tick filled in this window, and the first sample of that
         // run in this window, built whole by `record`, marked it. Only a window's close forgets
@@ -443,6 +448,7 @@ impl StackSink for TickSink<'_> {
             return false;
         }
         sampler.tick_samples += 1;
+        sampler.tick_positions += 1;
         true
     }
 
@@ -473,10 +479,21 @@ impl TickSink<'_> {
         if let Some(ctx) = &span {
             sampler.spans.mark_sampled(ctx);
         }
-        let slot = sampler.tick_samples as usize;
-        sampler
-            .agg
-            .add_raw(slot, s, span, route, sampler.tick_interval_ns);
+        // A CPU-only sample (a thread's CPU charged to the stack it last ran in, beside its
+        // own sample) takes no position: were it to, every thread after it in this walk, and
+        // in the next, would be at another position than in the walk before, and none of them
+        // would be counted again or find its stack there (`WindowAggregator::add_raw_aside`).
+        if s.weight == 0 {
+            sampler
+                .agg
+                .add_raw_aside(s, span, route, sampler.tick_interval_ns);
+        } else {
+            let slot = sampler.tick_positions as usize;
+            sampler
+                .agg
+                .add_raw(slot, s, span, route, sampler.tick_interval_ns);
+            sampler.tick_positions += 1;
+        }
         sampler.tick_samples += 1;
     }
 }

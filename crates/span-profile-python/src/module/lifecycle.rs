@@ -368,6 +368,7 @@ impl NativeAgent {
             d.set_item("walker_code_cache_full", w.code_cache_full)?;
             d.set_item("walker_clock_reads_saved", w.clock_reads_saved)?;
             d.set_item("walker_thread_states_skipped", w.thread_states_skipped)?;
+            d.set_item("walker_reused_stacks", w.reused_stacks)?;
             d.set_item("walker_samples_repeated", w.repeated_samples)?;
             d.set_item("walker_sched_page_failures", w.sched_page_failures)?;
             d.set_item("walker_gil_holders_asked", w.gil_holders_asked)?;
