@@ -18,6 +18,10 @@ With --record FILE the sampler thread is profiled as well, after the counts, for
 --seconds (`perf record -F 4999 --call-graph dwarf -t <tid>`; read it with `perf report -i FILE
 --no-children`): where the tick's work goes.
 
+It also says what the ticks of the measured seconds did with the service's threads (the agent's
+`stats()` before and after): the samples a tick that were counted again (ADR 0035), built again
+from a stack the walker reused, or walked in full, and the CPU-only samples beside them.
+
 Needs `perf` (linux-perf), run as root or with `perf_event_paranoid` at 1 or below (it counts
 another process's thread, kernel time included). Prints one line, or with --json the numbers.
 """
@@ -69,10 +73,11 @@ def main():
                          env=env) as (pid, port):
         time.sleep(args.warmup)
         tid = sampler_tid(pid)
+        agent0 = agent_stats(port)
         cpu0, sw0 = schedstat(pid, tid)
         work_ms = task_clock_ms(tid, args.seconds)
         cpu1, sw1 = schedstat(pid, tid)
-        agent = agent_stats(port)
+        agent1 = agent_stats(port)
         threads = len(os.listdir("/proc/%d/task" % pid))
         if args.record:
             subprocess.run(["perf", "record", "-q", "-F", "4999", "--call-graph", "dwarf", "-t", str(tid),
@@ -82,11 +87,22 @@ def main():
     result = {"service": args.service, "rps": args.rps, "switches": ticks, "cpu_us_per_switch": round(cpu_us, 1),
               "work_us_per_switch": round(work_us, 1), "wake_us_per_switch": round(cpu_us - work_us, 1),
               "threads": threads}
-    # Over the agent's life so far (warm-up included): what a tick walks.
-    ticks_all = agent.get("walker_ticks") or 0
-    if ticks_all:
-        result["samples_per_tick"] = round(agent.get("walker_samples", 0) / ticks_all, 2)
-        result["repeated_per_tick"] = round(agent.get("walker_samples_repeated", 0) / ticks_all, 2)
+    # What the ticks of the measured seconds did with the service's threads: each sample is
+    # counted again (ADR 0035), built again from a stack the walker reused (its thread had not
+    # run, but the sink could not count it again), or walked in full; and the CPU-only samples
+    # beside them (ADR 0019).
+    def delta(key):
+        return (agent1.get(key) or 0) - (agent0.get(key) or 0)
+
+    ticks_agent = delta("walker_ticks")
+    if ticks_agent:
+        samples, repeated, reused = delta("walker_samples"), delta("walker_samples_repeated"), delta("walker_reused_stacks")
+        result["samples_per_tick"] = round(samples / ticks_agent, 2)
+        result["repeated_per_tick"] = round(repeated / ticks_agent, 2)
+        if "walker_reused_stacks" in agent1:  # not in the stats of builds before it was
+            result["rebuilt_per_tick"] = round((reused - repeated) / ticks_agent, 2)
+            result["walked_per_tick"] = round((samples - reused) / ticks_agent, 2)
+        result["cpu_only_per_tick"] = round((delta("samples") - samples) / ticks_agent, 2)
     if args.json:
         print(json.dumps(result))
     else:
@@ -94,8 +110,12 @@ def main():
               % (args.service, args.rps, ticks, cpu_us, work_us, 100 * work_us / cpu_us if cpu_us else 0,
                  cpu_us - work_us))
         if "samples_per_tick" in result:
-            print("%d threads in the process; %.2f samples a tick, %.2f of them counted again (ADR 0035)"
-                  % (threads, result["samples_per_tick"], result["repeated_per_tick"]))
+            print("%d threads in the process; %.2f samples a tick, %.2f of them counted again (ADR 0035), and %.2f "
+                  "CPU-only samples beside them"
+                  % (threads, result["samples_per_tick"], result["repeated_per_tick"], result["cpu_only_per_tick"]))
+        if "rebuilt_per_tick" in result:
+            print("of the samples a tick, %.2f built again from a stack the walker reused and %.2f walked in full"
+                  % (result["rebuilt_per_tick"], result["walked_per_tick"]))
 
 
 if __name__ == "__main__":
