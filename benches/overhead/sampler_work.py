@@ -20,7 +20,8 @@ With --record FILE the sampler thread is profiled as well, after the counts, for
 
 It also says what the ticks of the measured seconds did with the service's threads (the agent's
 `stats()` before and after): the samples a tick that were counted again (ADR 0035), built again
-from a stack the walker reused, or walked in full, and the CPU-only samples beside them.
+from a stack the walker reused, or walked in full, the CPU-only samples beside them, and the
+scheduler pages opened a second.
 
 Needs `perf` (linux-perf), run as root or with `perf_event_paranoid` at 1 or below (it counts
 another process's thread, kernel time included). Prints one line, or with --json the numbers.
@@ -99,6 +100,8 @@ def main():
         samples, repeated, reused = delta("walker_samples"), delta("walker_samples_repeated"), delta("walker_reused_stacks")
         result["samples_per_tick"] = round(samples / ticks_agent, 2)
         result["repeated_per_tick"] = round(repeated / ticks_agent, 2)
+        if "walker_sched_pages_opened" in agent1:  # nor this
+            result["pages_opened_per_s"] = round(delta("walker_sched_pages_opened") / args.seconds, 2)
         if "walker_reused_stacks" in agent1:  # not in the stats of builds before it was
             result["rebuilt_per_tick"] = round((reused - repeated) / ticks_agent, 2)
             result["walked_per_tick"] = round((samples - reused) / ticks_agent, 2)
@@ -116,6 +119,8 @@ def main():
         if "rebuilt_per_tick" in result:
             print("of the samples a tick, %.2f built again from a stack the walker reused and %.2f walked in full"
                   % (result["rebuilt_per_tick"], result["walked_per_tick"]))
+        if "pages_opened_per_s" in result:
+            print("scheduler pages opened: %.2f a second (ADR 0033)" % result["pages_opened_per_s"])
 
 
 if __name__ == "__main__":

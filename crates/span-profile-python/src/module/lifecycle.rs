@@ -371,6 +371,7 @@ impl NativeAgent {
             d.set_item("walker_reused_stacks", w.reused_stacks)?;
             d.set_item("walker_samples_repeated", w.repeated_samples)?;
             d.set_item("walker_sched_page_failures", w.sched_page_failures)?;
+            d.set_item("walker_sched_pages_opened", w.sched_pages_opened)?;
             d.set_item("walker_gil_holders_asked", w.gil_holders_asked)?;
             d.set_item("walker_gil_readable", self.walker_handles.gil_readable)?;
             d.set_item(

@@ -323,6 +323,8 @@ pub(crate) struct SchedWatch {
     by_thread: HashMap<u64, usize, BuildHasherDefault<AddrHasher>>,
     cap: usize,
     open_pages: usize,
+    /// Pages opened since [`SchedWatch::take_opened`] last asked.
+    opened: u32,
     failures: u32,
     enabled: bool,
     /// The tick of the last sweep for [`FORGET_AFTER`].
@@ -338,6 +340,7 @@ impl SchedWatch {
             by_thread: HashMap::with_capacity_and_hasher(cap, Default::default()),
             cap,
             open_pages: 0,
+            opened: 0,
             failures: 0,
             enabled,
             swept_at: 0,
@@ -378,6 +381,12 @@ impl SchedWatch {
         s.tstate == tstate && s.proves_idle(s.page.as_ref().map(Page::seq))
     }
 
+    /// The pages opened since the last call: each a `perf_event_open` and a mapping, and, once
+    /// it closes, an unmapping and a `close` (`stats()["walker_sched_pages_opened"]`).
+    pub(crate) fn take_opened(&mut self) -> u32 {
+        std::mem::take(&mut self.opened)
+    }
+
     /// Pages open now.
     #[cfg(test)]
     pub(crate) fn open_pages(&self) -> usize {
@@ -405,6 +414,7 @@ impl SchedWatch {
         let Self {
             slots,
             open_pages,
+            opened,
             failures,
             enabled,
             ..
@@ -494,6 +504,7 @@ impl SchedWatch {
                     s.busy_samples = 0;
                     s.page = Some(p);
                     *open_pages += 1;
+                    *opened += 1;
                 }
                 Err(_) => {
                     *failures += 1;
@@ -679,6 +690,8 @@ pub(crate) mod tests {
             tick(&mut w, tid, k);
         }
         assert_eq!(w.open_pages(), 1, "a waiting thread gets a page");
+        assert_eq!(w.take_opened(), 1, "the page is counted as opened");
+        assert_eq!(w.take_opened(), 0, "and only once");
         (w, k)
     }
 

@@ -49,6 +49,10 @@ span_profile_core::counters! {
         /// Thread states the listing did not read: their thread, and the next one's in the
         /// list, had not run since the last tick's listing, which found them (ADR 0038).
         thread_states_skipped,
+        /// Scheduler pages opened (a `perf_event_open` and a mapping each; each closed again
+        /// when its thread keeps running or is gone). Many a second mean threads that alternate
+        /// between waiting and running, each cycle costing the sampler tens of µs (ADR 0033).
+        sched_pages_opened,
         /// `perf_event_open` calls the kernel refused (after three the walker stops asking,
         /// and reads every clock).
         sched_page_failures,

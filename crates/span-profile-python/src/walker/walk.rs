@@ -997,6 +997,10 @@ impl<R: MemoryReader + Send + 'static> StackWalker for PythonWalker<R> {
             self.prefetch_thread_states();
         }
         self.walk_all(sink);
+        bump(
+            &self.counters.sched_pages_opened,
+            u64::from(self.sched.take_opened()),
+        );
     }
 
     fn symbolize(&mut self, raw: RawFrame) -> Frame {

@@ -166,3 +166,5 @@ def test_threads_that_end_between_waiting_ones_stop_being_sampled(output):
     ticks = after["ticks"] - before["ticks"]
     print("states skipped", skipped, "in", ticks, "ticks")
     assert skipped > 3 * ticks, (skipped, ticks)
+    # Each waiting thread had its scheduler page opened (at least once), and it was counted.
+    assert after["walker_sched_pages_opened"] >= len(names), after["walker_sched_pages_opened"]
