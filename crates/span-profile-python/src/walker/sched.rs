@@ -40,11 +40,7 @@ use super::memory::prefetch;
 /// A page is opened for a thread after this many consecutive real reads found it off CPU.
 pub(crate) const OPEN_AFTER: u32 = 8;
 /// A page is closed after its thread was scheduled in between this many consecutive samples.
-/// Not fewer: a kept-alive connection's thread is busy for a request and then quiet until its
-/// next, and closing its page on each busy spell to open it again on the next quiet one cost
-/// the sampler more (an open, a mapping, an unmapping with its TLB shootdown, a close) than the
-/// page costs the thread at its context switches in between (ADR 0033, amended 2026-12-07).
-pub(crate) const CLOSE_AFTER: u32 = 32;
+pub(crate) const CLOSE_AFTER: u32 = 8;
 /// At most one real read is saved this many times in a row for a thread.
 pub(crate) const VALIDATE_EVERY: u32 = 32;
 /// Most pages (file descriptors) open at once.
