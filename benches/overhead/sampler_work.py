@@ -100,11 +100,12 @@ def main():
         samples, repeated, reused = delta("walker_samples"), delta("walker_samples_repeated"), delta("walker_reused_stacks")
         result["samples_per_tick"] = round(samples / ticks_agent, 2)
         result["repeated_per_tick"] = round(repeated / ticks_agent, 2)
-        if "walker_sched_pages_opened" in agent1:  # nor this
-            result["pages_opened_per_s"] = round(delta("walker_sched_pages_opened") / args.seconds, 2)
-        if "walker_reused_stacks" in agent1:  # not in the stats of builds before it was
+        # Builds before these stats existed leave their lines out.
+        if "walker_reused_stacks" in agent1:
             result["rebuilt_per_tick"] = round((reused - repeated) / ticks_agent, 2)
             result["walked_per_tick"] = round((samples - reused) / ticks_agent, 2)
+        if "walker_sched_pages_opened" in agent1:
+            result["pages_opened_per_s"] = round(delta("walker_sched_pages_opened") / args.seconds, 2)
         result["cpu_only_per_tick"] = round((delta("samples") - samples) / ticks_agent, 2)
     if args.json:
         print(json.dumps(result))

@@ -84,6 +84,10 @@ def test_a_waiting_thread_is_charged_the_wall_time_it_waited(agent, tracer):
     repeated = after["walker_samples_repeated"] - before["walker_samples_repeated"]
     ticks = after["ticks"] - before["ticks"]
     assert repeated > 0.8 * ticks * len(names), (repeated, ticks)
+    # Each was taken from the walker's copy of the thread's stack (the repeats among them), and
+    # none of those was walked: the threads only waited.
+    reused = after["walker_reused_stacks"] - before["walker_reused_stacks"]
+    assert repeated <= reused <= after["walker_samples"] - before["walker_samples"], (repeated, reused)
 
 
 def test_a_thread_started_after_another_ended_is_sampled_under_its_own_name(agent, tracer):
