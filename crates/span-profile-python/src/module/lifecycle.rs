@@ -362,6 +362,7 @@ impl NativeAgent {
             d.set_item("walker_frames", w.frames)?;
             d.set_item("walker_truncated", w.truncated)?;
             d.set_item("walker_torn_roots", w.torn_roots)?;
+            d.set_item("walker_moved_chains", w.moved_chains)?;
             d.set_item("walker_idle_threads", w.idle_threads)?;
             d.set_item("walker_skipped_threads", w.skipped_threads)?;
             d.set_item("walker_invalid_reads", w.invalid_reads)?;

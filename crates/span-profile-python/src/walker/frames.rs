@@ -7,7 +7,7 @@
 use span_profile_core::RawFrame;
 
 use super::code::{CodeCache, CopyLimits, HeaderCheck, Resolved, UNKNOWN_CODE_ID};
-use super::layout::{FrameKind, Layout};
+use super::layout::{FrameKind, Layout, OB_REFCNT};
 use super::memory::{field_i32, field_u64, field_u8, MemoryReader, ReadError};
 use super::objects::{type_matches, ObjectError, TypeAddresses};
 use super::stats::{bump, WalkerCounters};
@@ -45,6 +45,13 @@ pub(super) enum StackEnd {
     /// was resuming or suspending it while the chain was read (its `previous` is set and
     /// cleared as it runs), so the callers are missing: reported as truncated (ADR 0020).
     Torn,
+    /// Changed by its thread while it was read: the chain reached a frame object already freed
+    /// (3.9/3.10: its reference count is 0; past it lies a stale `f_back`, another code's old
+    /// caller or the free list's next entry), and the frames before it are kept; or the leaf
+    /// frame, read again at once or after the walk, no longer held the code and the caller
+    /// link copied (a frame being written as it was copied, a C-stack slot reused), and none
+    /// are. The walker reads the chain again, twice at most (ADR 0020, decision 6).
+    Moved,
 }
 
 /// `_PyInterpreterFrame.owner` of a generator's or coroutine's frame
@@ -119,6 +126,26 @@ impl<R> FrameSource<'_, R> {
         bump(&self.counters.code_replaced, ev.replaced);
         bump(&self.counters.code_cache_full, ev.full);
     }
+}
+
+/// Whether the frame at `leaf`, read now, still holds `link`: the code and the caller link the
+/// walk took from it. A frame that is the same code at the same place under the same caller is
+/// the same stack, whichever call it is.
+fn leaf_holds<R: MemoryReader>(src: &FrameSource<'_, R>, leaf: u64, link: (u64, u64)) -> bool {
+    let l = src.layout;
+    let lo = l.frame_code.min(l.frame_previous);
+    let hi = l.frame_code.max(l.frame_previous) + 8;
+    let mut buf = [0u8; 64];
+    let Some(b) = buf.get_mut(..hi - lo) else {
+        return true;
+    };
+    if src.reader.read(leaf.wrapping_add(lo as u64), b).is_err() {
+        return false;
+    }
+    (
+        field_u64(b, l.frame_code - lo),
+        field_u64(b, l.frame_previous - lo),
+    ) == link
 }
 
 /// The buffers of one thread's frame walk, sized once for the walker's depth cap.
@@ -207,7 +234,8 @@ impl FrameWalk {
     }
 
     /// Walks the frame chain from `frame` into `self.frames`, leaf first. Returns how the
-    /// chain ended: whole, cut at the depth cap, or torn at a root no thread can have.
+    /// chain ended: whole, cut at the depth cap, torn at a root no thread can have, or changed
+    /// by its thread while read.
     ///
     /// Two passes: the chain is followed first, taking frames from the copied data stack when
     /// they lie in it (3.11+) and reading the others one by one; then the headers of all the
@@ -239,12 +267,28 @@ impl FrameWalk {
         }
         let mut fbuf = [0u8; BUF];
         self.load_frame(src, frame, window, &mut fbuf[..fsize])?;
+        // Read again at once: a frame being written as it was copied shows here, before the
+        // walk's work.
+        let leaf_link = (
+            field_u64(&fbuf, l.frame_code),
+            field_u64(&fbuf, l.frame_previous),
+        );
+        if !leaf_holds(src, frame, leaf_link) {
+            return Ok(StackEnd::Moved);
+        }
+        // Read again after the walk too: a frame pushed where a popped one lay takes its new
+        // caller last (3.11/3.12: after its arguments), and a C-stack shim's slot (3.12+) is
+        // overwritten by the thread's next C call; both were seen to hold still through the
+        // read at once. Code and caller are compared; a generator's caller is cleared as it
+        // yields, so a generator leaf that yielded during the walk is read again too.
         let mut cur = frame;
         let mut last = 0u64;
         // Cut at the depth cap, or out of steps (a long run of shims), unless the chain ends.
         let mut truncated = true;
         // The owner of the frame the chain ended at (3.11+).
         let mut root_owner = None;
+        // The chain reached a freed frame object (3.9/3.10), or the leaf did not hold.
+        let mut moved = false;
         // Shim frames do not count towards the depth; bound the total work anyway.
         let max_steps = src.max_depth.saturating_mul(2).saturating_add(8);
         for _ in 0..max_steps {
@@ -257,8 +301,15 @@ impl FrameWalk {
             if previous != 0 && (previous == cur || previous == last) {
                 return Err(ThreadFailure::Cycle);
             }
-            if l.frame_kind == FrameKind::FrameObject && !type_matches(src.types.frame, f) {
-                return Err(ThreadFailure::Invalid);
+            if l.frame_kind == FrameKind::FrameObject {
+                if !type_matches(src.types.frame, f) {
+                    return Err(ThreadFailure::Invalid);
+                }
+                // A freed frame keeps its type and code: only its count tells.
+                if field_u64(f, OB_REFCNT) == 0 {
+                    moved = true;
+                    break;
+                }
             }
             let owner = l.frame_owner.map(|o| field_u8(f, o));
             let is_shim = l.owner_cstack.is_some() && owner == l.owner_cstack;
@@ -284,8 +335,14 @@ impl FrameWalk {
             last = cur;
             cur = previous;
         }
+        if !leaf_holds(src, frame, leaf_link) {
+            self.slots.clear();
+            moved = true;
+        }
         let outermost_cannot_root = self.resolve_slots(src)?;
-        Ok(if truncated {
+        Ok(if moved {
+            StackEnd::Moved
+        } else if truncated {
             StackEnd::Cut
         } else if outermost_cannot_root || root_owner == Some(OWNED_BY_GENERATOR) {
             StackEnd::Torn

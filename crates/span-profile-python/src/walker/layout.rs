@@ -137,6 +137,10 @@ pub(crate) enum GilAt {
 pub(crate) const GIL_LAST_HOLDER: usize = 8;
 pub(crate) const GIL_LOCKED: usize = 16;
 
+/// `PyObject.ob_refcnt` (object.h), every version: 0 in an object already freed that
+/// CPython keeps for reuse (a 3.9/3.10 frame object on its code's zombie slot or the free list
+/// keeps its type, code and a stale `f_back`).
+pub(crate) const OB_REFCNT: usize = 0;
 /// `PyObject.ob_type` (object.h), every version.
 pub(crate) const OB_TYPE: usize = 8;
 /// `PyBytesObject.ob_size` / `ob_sval` (cpython/bytesobject.h), every version.

@@ -21,6 +21,12 @@ span_profile_core::counters! {
         /// or coroutine read while it was resumed or suspended, or the 3.12 trampoline):
         /// reported truncated, so also counted in `truncated`.
         torn_roots,
+        /// Frame chains their thread changed while they were read: one reached a frame object
+        /// already freed (3.9/3.10), or its leaf frame, read again at once or after the walk,
+        /// no longer held the code and caller copied. The chain is read again, twice at most;
+        /// one that moves every time keeps the live frames before a freed one, marked
+        /// truncated (also in `truncated`), or is dropped (also in `invalid_reads`).
+        moved_chains,
         /// Threads with no Python frame (not reported).
         idle_threads,
         /// Threads beyond the per-tick cap (reported as `WalkError::Skipped`).

@@ -9,7 +9,7 @@
 pub use super::memory::{FakeMemory, ReadExt};
 
 use super::layout::{
-    FrameKind, GilAt, Layout, LineTableKind, PythonVersion, GIL_LAST_HOLDER, GIL_LOCKED,
+    FrameKind, GilAt, Layout, LineTableKind, PythonVersion, GIL_LAST_HOLDER, GIL_LOCKED, OB_REFCNT,
 };
 use super::objects::TypeAddresses;
 use super::target::Target;
@@ -254,6 +254,8 @@ impl ImageBuilder {
         put(&mut buf, l.frame_code, code);
         match l.frame_kind {
             FrameKind::FrameObject => {
+                // Live: its thread's chain holds a reference to it.
+                put(&mut buf, OB_REFCNT, 1);
                 put(&mut buf, 8, FAKE_TYPES.frame);
                 let lasti = if l.linetable_kind == LineTableKind::Lnotab {
                     Self::LASTI_UNITS * 2
@@ -339,6 +341,31 @@ impl ImageBuilder {
     /// Where field `next` of thread state `tstate` is (to corrupt it in tests).
     pub fn tstate_next_addr(&self, tstate: u64) -> u64 {
         tstate + self.layout.tstate_next as u64
+    }
+
+    /// Frees the frame object `frame` as CPython 3.9/3.10 does, keeping it for reuse: its
+    /// reference count drops to 0, and its type, code and `f_back` stay. False on 3.11+,
+    /// whose frames are not objects.
+    pub fn free_frame(&mut self, frame: u64) -> bool {
+        self.layout.frame_kind == FrameKind::FrameObject
+            && self.mem.write_u64(frame + OB_REFCNT as u64, 0)
+    }
+
+    /// Where the current frame pointer of thread state `tstate` is (in its `cframe` on 3.11
+    /// and 3.12).
+    pub fn current_frame_addr(&self, tstate: u64) -> u64 {
+        let field = tstate + self.layout.tstate_frame as u64;
+        match self.layout.cframe_current_frame {
+            Some(off) => self.mem.read_u64(field).expect("a thread of this image") + off as u64,
+            None => field,
+        }
+    }
+
+    /// The frame `frame` links to (its `previous`).
+    pub fn frame_previous(&self, frame: u64) -> u64 {
+        self.mem
+            .read_u64(self.frame_previous_addr(frame))
+            .expect("a frame of this image")
     }
 
     /// Where the `previous` link of `frame` is.

@@ -848,6 +848,187 @@ fn the_trampoline_is_never_a_frame_and_never_a_root() {
     }
 }
 
+/// An image that changes as its thread runs on: the `after + 1`th read that touches `trigger`
+/// returns what was there, then `then` (addresses and pointers) is written, as if the thread
+/// had moved on just after that read.
+#[derive(Clone)]
+struct MovingMemory {
+    mem: Arc<std::sync::Mutex<FakeMemory>>,
+    trigger: u64,
+    after: usize,
+    then: Vec<(u64, u64)>,
+    touched: Arc<AtomicUsize>,
+}
+
+impl MovingMemory {
+    /// One tick of a new walker over `b`'s image, moved as [`MovingMemory`] says.
+    fn walk_once(
+        b: &ImageBuilder,
+        trigger: u64,
+        after: usize,
+        then: &[(u64, u64)],
+    ) -> (PythonWalker<MovingMemory>, Collected) {
+        let mem = MovingMemory {
+            mem: Arc::new(std::sync::Mutex::new(b.mem.clone())),
+            trigger,
+            after,
+            then: then.to_vec(),
+            touched: Arc::default(),
+        };
+        let mut w = PythonWalker::new(mem, b.target(), config()).expect("walker over fake image");
+        let mut c = Collected::default();
+        w.walk(&mut c);
+        (w, c)
+    }
+}
+
+impl super::MemoryReader for MovingMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), super::ReadError> {
+        let mut mem = self.mem.lock().unwrap();
+        let r = mem.read(addr, buf);
+        let touched = addr <= self.trigger && self.trigger < addr + buf.len() as u64;
+        if touched && self.touched.fetch_add(1, Ordering::SeqCst) == self.after {
+            for &(at, v) in &self.then {
+                mem.write_u64(at, v);
+            }
+        }
+        r
+    }
+}
+
+/// 3.9/3.10: a frame object freed while its thread's chain is read keeps its type, its code
+/// and a stale `f_back` (CPython keeps it for reuse, with a reference count of 0), so
+/// following it splices another stack's frames into the sample. The walker stops at it and
+/// reads the chain again from where the thread then stands, twice at most; a chain that meets
+/// a freed frame every time keeps the frames read before it, marked truncated, or is dropped
+/// when there are none. Every freed frame met is counted.
+#[test]
+fn a_freed_frame_is_not_followed() {
+    for v in versions().filter(|v| v.minor <= 10) {
+        let mut b = ImageBuilder::new(v).unwrap();
+        // Thread 1 returned from `returned` (whose stale `f_back` leads into frames freed
+        // earlier, of another stack) just as its frame pointer was read; it now stands in
+        // `three()`, where the walker must find it.
+        let gone = b.stack(&[
+            FakeFrame::new("elsewhere", "/app/other.py", 1, 2),
+            FakeFrame::new("returned", "/app/r.py", 5, 6),
+        ]);
+        let gone_caller = b.frame_previous(gone);
+        assert!(b.free_frame(gone) && b.free_frame(gone_caller), "{v}");
+        let now = b.stack(&three());
+        let t1 = b.thread(1, 0, gone);
+        // Thread 2: its leaf is alive but its caller was freed, and stays so: the leaf is
+        // kept, marked truncated.
+        let f = three();
+        let leaf2 = b.stack(&f);
+        let caller2 = b.frame_previous(leaf2);
+        assert!(b.free_frame(caller2), "{v}");
+        b.thread(2, 0, leaf2);
+        // Thread 3: its only frame is freed, and stays so: nothing of it is alive to report.
+        let leaf3 = b.stack(&f[..1]);
+        assert!(b.free_frame(leaf3), "{v}");
+        b.thread(3, 0, leaf3);
+
+        let (mut w, c) = MovingMemory::walk_once(&b, gone, 0, &[(b.current_frame_addr(t1), now)]);
+        let by_thread = |t: u64| c.samples.iter().find(|s| s.thread == t);
+        let s1 = by_thread(1).expect("thread 1 sampled where it stands");
+        let got: Vec<String> = s1.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        assert_eq!(got, ["gamma", "beta", "alpha"], "{v}");
+        assert!(!s1.truncated, "{v}");
+        let s2 = by_thread(2).expect("thread 2 sampled");
+        let got: Vec<String> = s2.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        assert_eq!(got, ["gamma"], "{v}");
+        assert!(s2.truncated, "{v}");
+        assert!(by_thread(3).is_none(), "{v}");
+        assert_eq!(
+            c.errors.len(),
+            1,
+            "{v}: thread 3 dropped as an invalid read"
+        );
+        let stats = w.counters().snapshot();
+        // Thread 1 once, threads 2 and 3 three times each (the walk and its two repeats).
+        assert_eq!(stats.moved_chains, 7, "{v}");
+        assert_eq!((stats.truncated, stats.torn_roots), (1, 0), "{v}");
+        assert_eq!(stats.invalid_reads, 1, "{v}");
+    }
+}
+
+/// Every version: a thread pushes a frame by writing its fields one by one where a frame it
+/// popped lay, so a copy made meanwhile can hold the new frame's code under the old frame's
+/// caller (seen on 3.11: a coroutine made by `whole_coro_outer` shown as called by the
+/// function that drove `whole_coro_outer`). The walker reads the leaf again at once and, when
+/// it no longer holds what was copied, reads the chain again.
+#[test]
+fn a_leaf_frame_written_while_read_is_read_again() {
+    for v in versions() {
+        let mut b = ImageBuilder::new(v).unwrap();
+        let drive = run_drive(&mut b);
+        let outer_code = b.code(&FakeFrame::new("outer", "/app/c.py", 20, 21));
+        let outer = b.frame(outer_code, drive, 0);
+        let leaf_code = b.code(&FakeFrame::new("leaf", "/app/c.py", 30, 31));
+        // As copied: the new frame's code, the popped frame's caller.
+        let leaf = b.frame(leaf_code, drive, 0);
+        b.thread(1, 0, leaf);
+        let (mut w, c) =
+            MovingMemory::walk_once(&b, leaf, 0, &[(b.frame_previous_addr(leaf), outer)]);
+        assert!(c.errors.is_empty(), "{v}: {:?}", c.errors);
+        let s = &c.samples[0];
+        let got: Vec<String> = s.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        let want: Vec<String> = ["leaf", "outer", "drive", "run"]
+            .iter()
+            .map(|n| expected_name(v, n))
+            .collect();
+        assert_eq!(got, want, "{v}");
+        assert!(!s.truncated, "{v}");
+        assert_eq!(w.counters().snapshot().moved_chains, 1, "{v}");
+    }
+}
+
+/// The stack `drive ← run` (leaf first); returns `drive`'s frame.
+fn run_drive(b: &mut ImageBuilder) -> u64 {
+    b.stack(&[
+        FakeFrame::new("run", "/app/threading.py", 1, 2),
+        FakeFrame::new("drive", "/app/d.py", 10, 11),
+    ])
+}
+
+/// A leaf can hold still through the read at once and change later: a C-stack shim's slot
+/// (3.12+), which the thread's next C call overwrites as soon as the eval loop leaves it, held
+/// a code under the shim's caller (seen on 3.12 and 3.13). The leaf is read again after the
+/// walk too; one overwritten since is a move, and the chain is read again from where the
+/// thread stands.
+#[test]
+fn a_leaf_overwritten_during_the_walk_is_read_again() {
+    for v in versions() {
+        let mut b = ImageBuilder::new(v).unwrap();
+        let drive = run_drive(&mut b);
+        let other = b.code(&FakeFrame::new("other", "/app/o.py", 30, 31));
+        // The slot as read: some code under the shim's caller.
+        let slot = b.frame(other, drive, 0);
+        let t = b.thread(1, 0, slot);
+        // After the second read of the slot (the walk's, then its check at once), the thread
+        // has left the eval loop for `drive`, and the slot holds something else.
+        let (mut w, c) = MovingMemory::walk_once(
+            &b,
+            b.frame_previous_addr(slot),
+            1,
+            &[
+                (b.current_frame_addr(t), drive),
+                (b.frame_code_addr(slot), 0x4141_4141_4140),
+            ],
+        );
+        assert!(c.errors.is_empty(), "{v}: {:?}", c.errors);
+        let s = &c.samples[0];
+        let got: Vec<String> = s.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        let want: Vec<String> = ["drive", "run"]
+            .iter()
+            .map(|n| expected_name(v, n))
+            .collect();
+        assert_eq!(got, want, "{v}");
+        assert_eq!(w.counters().snapshot().moved_chains, 1, "{v}");
+    }
+}
+
 /// An image shared with the test that counts, for each watched thread state, the reads that
 /// touch it, one by one or batched; `direct` makes every tick read as the guarded reader does.
 #[derive(Clone, Default)]

@@ -123,6 +123,10 @@ const MAX_SKIPPED_COUNTED: usize = 1024;
 const MIN_CPU_SHARE_ASKED: u64 = 32;
 /// Largest thread-state copy (3.11's data-stack fields end at 312).
 const TSTATE_BUF: usize = 512;
+/// Walks of one thread's chain in one tick when its thread keeps changing it as it is read
+/// (ADR 0020, decision 6). The whole-stacks spec on 3.12 dropped 22–36 samples a run to moves
+/// with two (the leaf read again after the walk only), 13–22 with three.
+const WALK_ATTEMPTS: usize = 3;
 
 /// Walks the Python threads of one CPython interpreter (3.9–3.13, GIL builds, x86_64 Linux) by
 /// copying its memory through a [`MemoryReader`]. See the [module docs](super) for the contract.
@@ -668,7 +672,6 @@ impl<R: MemoryReader> PythonWalker<R> {
     }
 
     fn walk_thread(&mut self, sink: &mut dyn StackSink, mut t: ThreadRef, weight: u32) {
-        let l = self.layout;
         // The name (and, before 3.11, the native id) from the registry; on 3.11+ the tid is in
         // the thread state, and the name is looked up only when a sample is built with it.
         let tid_in_state = tid_in_state(t.native).is_some();
@@ -744,43 +747,32 @@ impl<R: MemoryReader> PythonWalker<R> {
         if !self.refresh_before_walk(&mut t) {
             return self.fail(sink, ThreadFailure::Invalid);
         }
-        let mut frame = t.frame_field;
-        if let Some(off) = l.cframe_current_frame {
-            if frame != 0 {
-                let mut b = [0u8; 8];
-                if self
-                    .reader
-                    .read(frame.wrapping_add(off as u64), &mut b)
-                    .is_err()
-                {
-                    return self.fail(sink, ThreadFailure::Invalid);
-                }
-                frame = u64::from_le_bytes(b);
+        // A chain the thread changed while it was read (a freed frame, a leaf rewritten) is
+        // read again from where the thread stands now, twice at most. The context was looked
+        // up before the first read and is checked after the last, so the span proof covers
+        // the walk kept (ADR 0020, decision 6).
+        let mut end = StackEnd::Moved;
+        for attempt in 0..WALK_ATTEMPTS {
+            if attempt > 0 && !self.read_pointers(&mut t) {
+                return self.fail(sink, ThreadFailure::Invalid);
             }
+            end = match self.walk_chain(&t) {
+                Ok(Some(end)) => end,
+                Ok(None) => {
+                    bump(&self.counters.idle_threads, 1);
+                    return;
+                }
+                Err(f) => return self.fail(sink, f),
+            };
+            if end != StackEnd::Moved {
+                break;
+            }
+            bump(&self.counters.moved_chains, 1);
         }
-        if frame == 0 {
-            bump(&self.counters.idle_threads, 1);
-            return;
+        if end == StackEnd::Moved && self.frame_walk.frames.is_empty() {
+            // Changed under every read, with nothing of it proven: dropped, and counted.
+            return self.fail(sink, ThreadFailure::Invalid);
         }
-        self.frame_walk.prefetch_n =
-            self.stacks
-                .outside(t.thread_id, t.tstate, &mut self.frame_walk.prefetch_addrs);
-        let mut src = FrameSource {
-            reader: &self.reader,
-            layout: self.layout,
-            types: &self.target.types,
-            max_depth: self.config.max_depth,
-            limits: CopyLimits {
-                max_string_chars: self.config.max_string_chars,
-                max_linetable_bytes: self.config.max_linetable_bytes,
-            },
-            cache: &mut self.cache,
-            counters: &self.counters,
-        };
-        let end = match self.frame_walk.walk_frames(&mut src, frame, t.chunk, t.top) {
-            Ok(end) => end,
-            Err(f) => return self.fail(sink, f),
-        };
         // A torn root (a generator's frame read while it was linked or unlinked) keeps its
         // sample, CPU and span, marked truncated: its callers are missing (ADR 0020).
         let truncated = end != StackEnd::Whole;
@@ -847,6 +839,40 @@ impl<R: MemoryReader> PythonWalker<R> {
             self.stacks
                 .store((t.thread_id, t.tstate, tid, ns), copy, self.tick);
         }
+    }
+
+    /// Walks the frame chain of `t` from the frame pointer last read into it, into
+    /// `self.frame_walk`. `None`: the thread has no Python frame.
+    fn walk_chain(&mut self, t: &ThreadRef) -> Result<Option<StackEnd>, ThreadFailure> {
+        let mut frame = t.frame_field;
+        if let Some(off) = self.layout.cframe_current_frame {
+            if frame != 0 {
+                let mut b = [0u8; 8];
+                self.reader.read(frame.wrapping_add(off as u64), &mut b)?;
+                frame = u64::from_le_bytes(b);
+            }
+        }
+        if frame == 0 {
+            return Ok(None);
+        }
+        self.frame_walk.prefetch_n =
+            self.stacks
+                .outside(t.thread_id, t.tstate, &mut self.frame_walk.prefetch_addrs);
+        let mut src = FrameSource {
+            reader: &self.reader,
+            layout: self.layout,
+            types: &self.target.types,
+            max_depth: self.config.max_depth,
+            limits: CopyLimits {
+                max_string_chars: self.config.max_string_chars,
+                max_linetable_bytes: self.config.max_linetable_bytes,
+            },
+            cache: &mut self.cache,
+            counters: &self.counters,
+        };
+        self.frame_walk
+            .walk_frames(&mut src, frame, t.chunk, t.top)
+            .map(Some)
     }
 
     /// The CPU clock of a thread: read from the kernel, or the last reading when the thread's
