@@ -26,6 +26,14 @@ fn walk_once(w: &mut PythonWalker<FakeMemory>) -> Collected {
     c
 }
 
+/// The function names of `frames` (leaf first), as `w` symbolizes them.
+fn functions<R: super::MemoryReader + Send + 'static>(
+    w: &mut PythonWalker<R>,
+    frames: &[span_profile_core::RawFrame],
+) -> Vec<String> {
+    frames.iter().map(|&r| w.symbolize(r).function).collect()
+}
+
 fn three() -> Vec<FakeFrame> {
     vec![
         FakeFrame::new("alpha", "/app/a.py", 10, 12),
@@ -841,7 +849,7 @@ fn the_trampoline_is_never_a_frame_and_never_a_root() {
         let c = walk_once(&mut w);
         assert_eq!(c.samples.len(), 1, "{v}");
         let s = &c.samples[0];
-        let names: Vec<String> = s.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        let names = functions(&mut w, &s.frames);
         assert_eq!(names, [expected_name(v, "body")], "{v}");
         assert!(s.truncated, "{v}");
         assert_eq!(w.counters().snapshot().torn_roots, 1, "{v}");
@@ -932,11 +940,11 @@ fn a_freed_frame_is_not_followed() {
         let (mut w, c) = MovingMemory::walk_once(&b, gone, 0, &[(b.current_frame_addr(t1), now)]);
         let by_thread = |t: u64| c.samples.iter().find(|s| s.thread == t);
         let s1 = by_thread(1).expect("thread 1 sampled where it stands");
-        let got: Vec<String> = s1.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        let got = functions(&mut w, &s1.frames);
         assert_eq!(got, ["gamma", "beta", "alpha"], "{v}");
         assert!(!s1.truncated, "{v}");
         let s2 = by_thread(2).expect("thread 2 sampled");
-        let got: Vec<String> = s2.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        let got = functions(&mut w, &s2.frames);
         assert_eq!(got, ["gamma"], "{v}");
         assert!(s2.truncated, "{v}");
         assert!(by_thread(3).is_none(), "{v}");
@@ -973,7 +981,7 @@ fn a_leaf_frame_written_while_read_is_read_again() {
             MovingMemory::walk_once(&b, leaf, 0, &[(b.frame_previous_addr(leaf), outer)]);
         assert!(c.errors.is_empty(), "{v}: {:?}", c.errors);
         let s = &c.samples[0];
-        let got: Vec<String> = s.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        let got = functions(&mut w, &s.frames);
         let want: Vec<String> = ["leaf", "outer", "drive", "run"]
             .iter()
             .map(|n| expected_name(v, n))
@@ -1019,7 +1027,7 @@ fn a_leaf_overwritten_during_the_walk_is_read_again() {
         );
         assert!(c.errors.is_empty(), "{v}: {:?}", c.errors);
         let s = &c.samples[0];
-        let got: Vec<String> = s.frames.iter().map(|&r| w.symbolize(r).function).collect();
+        let got = functions(&mut w, &s.frames);
         let want: Vec<String> = ["drive", "run"]
             .iter()
             .map(|n| expected_name(v, n))

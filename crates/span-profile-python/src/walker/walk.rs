@@ -124,8 +124,9 @@ const MIN_CPU_SHARE_ASKED: u64 = 32;
 /// Largest thread-state copy (3.11's data-stack fields end at 312).
 const TSTATE_BUF: usize = 512;
 /// Walks of one thread's chain in one tick when its thread keeps changing it as it is read
-/// (ADR 0020, decision 6). The whole-stacks spec on 3.12 dropped 22–36 samples a run to moves
-/// with two (the leaf read again after the walk only), 13–22 with three.
+/// (ADR 0020, decision 6). The whole-stacks spec on 3.12 dropped 22–36 samples a run (all
+/// invalid reads, 6–16 of them without the move checks) with two walks and the leaf read again
+/// only after the walk, 13–22 with three walks and the leaf read again at once and after.
 const WALK_ATTEMPTS: usize = 3;
 
 /// Walks the Python threads of one CPython interpreter (3.9–3.13, GIL builds, x86_64 Linux) by
