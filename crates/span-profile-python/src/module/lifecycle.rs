@@ -366,6 +366,7 @@ impl NativeAgent {
             d.set_item("walker_idle_threads", w.idle_threads)?;
             d.set_item("walker_skipped_threads", w.skipped_threads)?;
             d.set_item("walker_invalid_reads", w.invalid_reads)?;
+            d.set_item("walker_unreadable_stacks", w.unreadable_stacks)?;
             d.set_item("walker_code_cache_full", w.code_cache_full)?;
             d.set_item("walker_clock_reads_saved", w.clock_reads_saved)?;
             d.set_item("walker_thread_states_skipped", w.thread_states_skipped)?;

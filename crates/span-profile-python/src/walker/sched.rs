@@ -581,7 +581,7 @@ pub(crate) mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    fn gettid() -> u32 {
+    pub(crate) fn gettid() -> u32 {
         // SAFETY: gettid has no preconditions.
         unsafe { libc::syscall(libc::SYS_gettid) as u32 }
     }

@@ -25,14 +25,22 @@ span_profile_core::counters! {
         /// already freed (3.9/3.10), or its leaf frame, read again at once or after the walk,
         /// no longer held the code and caller copied. The chain is read again, twice at most;
         /// one that moves every time keeps the live frames before a freed one, marked
-        /// truncated (also in `truncated`), or is dropped (also in `invalid_reads`).
+        /// truncated (also in `truncated`), or, with none, is an `unreadable_stacks`.
         moved_chains,
         /// Threads with no Python frame (not reported).
         idle_threads,
         /// Threads beyond the per-tick cap (reported as `WalkError::Skipped`).
         skipped_threads,
-        /// Threads or interpreters that failed a read or validation (`WalkError::InvalidRead`).
+        /// Threads or interpreters that failed a read or validation. A thread whose frames
+        /// failed is still reported (`unreadable_stacks`); one whose thread state could not be
+        /// read (it ended) and an interpreter whose thread list could not be are reported to
+        /// the sink as `WalkError::InvalidRead`.
         invalid_reads,
+        /// Threads whose frames could not be read (a read or validation failed, the chain
+        /// looped, or it changed under every read): reported as a stack of no frames marked
+        /// truncated (`[truncated]` alone), with their wall weight, CPU and span, so no time is
+        /// lost. Also counted in `invalid_reads`, `samples` and `truncated`.
+        unreadable_stacks,
         /// Frame chains that looped back on themselves (also counted in `invalid_reads`).
         cycles,
         /// C-stack shim frames skipped (3.12+).

@@ -381,6 +381,35 @@ impl<R: MemoryReader> PythonWalker<R> {
         sink.error(WalkError::InvalidRead);
     }
 
+    /// A thread whose frames could not be read (a read or a validation failed, the chain
+    /// looped, or it changed under every read) is reported all the same: a stack of no frames
+    /// marked truncated (`[truncated]` alone), with its wall weight, the CPU it used since its
+    /// last sample and the span it is in, so that neither its time nor its span's is lost.
+    /// The failure is counted (`invalid_reads`, `unreadable_stacks`). Nothing is stored for
+    /// it: its next sample is walked in full.
+    fn unreadable(
+        &mut self,
+        sink: &mut dyn StackSink,
+        t: &ThreadRef,
+        f: ThreadFailure,
+        used_ns: u64,
+        weight: u32,
+    ) {
+        if let ThreadFailure::Cycle = f {
+            bump(&self.counters.cycles, 1);
+        }
+        bump(&self.counters.invalid_reads, 1);
+        bump(&self.counters.unreadable_stacks, 1);
+        bump(&self.counters.samples, 1);
+        bump(&self.counters.truncated, 1);
+        let key = ExecutionKey::thread(t.thread_id);
+        let sample = RawSample::new(key, &[], self.name.as_str())
+            .with_truncated(true)
+            .with_cpu_ns(used_ns)
+            .with_weight(weight);
+        self.ctx.emit(&self.reader, t.tstate, sink, sample);
+    }
+
     fn walk_all(&mut self, sink: &mut dyn StackSink) {
         let listed = self.list_threads();
         let (seen, failure) = match listed {
@@ -763,7 +792,7 @@ impl<R: MemoryReader> PythonWalker<R> {
                     bump(&self.counters.idle_threads, 1);
                     return;
                 }
-                Err(f) => return self.fail(sink, f),
+                Err(f) => return self.unreadable(sink, &t, f, used_ns, weight),
             };
             if end != StackEnd::Moved {
                 break;
@@ -771,8 +800,8 @@ impl<R: MemoryReader> PythonWalker<R> {
             bump(&self.counters.moved_chains, 1);
         }
         if end == StackEnd::Moved && self.frame_walk.frames.is_empty() {
-            // Changed under every read, with nothing of it proven: dropped, and counted.
-            return self.fail(sink, ThreadFailure::Invalid);
+            // Changed under every read, with nothing of it proven.
+            return self.unreadable(sink, &t, ThreadFailure::Invalid, used_ns, weight);
         }
         // A torn root (a generator's frame read while it was linked or unlinked) keeps its
         // sample, CPU and span, marked truncated: its callers are missing (ADR 0020).

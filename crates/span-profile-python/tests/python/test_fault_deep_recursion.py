@@ -62,7 +62,8 @@ def test_a_stack_deeper_than_the_cap_is_cut_and_marked(agent):
     assert sum(p.meta["stats"]["truncated_stacks"] for p in profiles) >= len(deep)
     assert during["walker_truncated"] >= len(deep)
     # The deep thread keeps calling while it is walked, so a rare torn read (a frame popped
-    # mid-walk) is a legitimate, counted error; depth itself must not cause errors.
-    assert during["walk_errors"] <= 2, during
+    # mid-walk) is legitimate and counted (its sample kept with no frame, ADR 0020 decision
+    # 7); depth itself must not cause failed reads.
+    assert during["walk_errors"] + during["walker_unreadable_stacks"] <= 2, during
     after = [s for s in samples if "shallow_after_deep" in s.functions]
     assert after and all(s.functions[-1] != TRUNCATED for s in after)

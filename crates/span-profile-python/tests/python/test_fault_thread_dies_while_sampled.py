@@ -1,8 +1,9 @@
 """Fault: threads die while the sampler is walking them. Threads with 60-frame stacks end
 continuously while the agent samples at 1000 Hz with no CPU cap, so walks regularly meet a
-thread state or frame that is being freed. Each such walk is a counted walk error (in stats()
-and in the window's stats), never a crash, and threads that stay alive are sampled throughout
-with whole stacks."""
+thread state or frame that is being freed. Each such walk is counted, never a crash: a walk
+error (in stats() and in the window's stats) when the thread state is gone, a stack of no
+frames marked truncated when only its frames are (ADR 0020, decision 7). Threads that stay
+alive are sampled throughout with whole stacks."""
 import threading
 import time
 

@@ -167,5 +167,6 @@ def test_no_sample_is_rooted_at_a_generator_or_the_trampoline(output):
     assert stats["walker_torn_roots"] <= stats["walker_truncated"]
     # Whole stacks are the rule: a torn read is the thread switching generators mid-copy.
     assert truncated <= 0.10 * total, (truncated, total)
-    print("samples %d, truncated (torn roots) %d = %.2f%%, walker_torn_roots %d, walker_moved_chains %s, invalid %s" % (
-        total, truncated, 100.0 * truncated / total, stats["walker_torn_roots"], stats.get("walker_moved_chains"), stats.get("walker_invalid_reads")))
+    print("samples %d, truncated (torn roots) %d = %.2f%%, walker_torn_roots %d, walker_moved_chains %s, invalid %s, unreadable %s" % (
+        total, truncated, 100.0 * truncated / total, stats["walker_torn_roots"], stats.get("walker_moved_chains"),
+        stats.get("walker_invalid_reads"), stats.get("walker_unreadable_stacks")))
