@@ -22,14 +22,11 @@ import asyncio
 import glob
 import json
 import os
-import re
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 HERE = os.path.dirname(os.path.abspath(__file__))
