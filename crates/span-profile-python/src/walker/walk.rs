@@ -778,12 +778,14 @@ impl<R: MemoryReader> PythonWalker<R> {
             return self.fail(sink, ThreadFailure::Invalid);
         }
         // A chain the thread changed while it was read (a freed frame, a leaf rewritten) is
-        // read again from where the thread stands now, twice at most. The context was looked
-        // up before the first read and is checked after the last, so the span proof covers
-        // the walk kept (ADR 0020, decision 6).
+        // read again from where the thread stands now, twice at most. Each read is proven on
+        // its own: the context is looked up again before it, and checked after the last, so
+        // the span proof spans the walk kept and no more. (One lookup before the first read
+        // let the proof span every read: long enough, through `process_vm_readv` on 3.9, for
+        // a whole span to start and end unseen, ADR 0020 decisions 3 and 6.)
         let mut end = StackEnd::Moved;
         for attempt in 0..WALK_ATTEMPTS {
-            if attempt > 0 && !self.read_pointers(&mut t) {
+            if attempt > 0 && !self.refresh_before_walk(&mut t) {
                 return self.fail(sink, ThreadFailure::Invalid);
             }
             end = match self.walk_chain(&t) {
